@@ -1,0 +1,59 @@
+--
+-- zklock_guc: settings, their defaults, checks and who may change them;
+-- EXECUTE is not granted to PUBLIC.
+--
+LOAD 'zklock';
+SHOW zklock.root;
+SHOW zklock.connect_timeout;
+SELECT name, context, unit FROM pg_settings WHERE name LIKE 'zklock.%' ORDER BY name;
+
+-- the prefix is reserved
+SET zklock.no_such_setting = 1;
+
+-- the root must be an absolute path that cannot climb out
+SET zklock.root = 'relative';
+SET zklock.root = '/';
+SET zklock.root = '/zklock/';
+SET zklock.root = '/a/../b';
+SET zklock.root = '/zookeeper';
+SET zklock.hosts = '';
+SET zklock.session_timeout = '10ms';
+
+-- another root: lock parents follow it
+SET zklock.root = '/zklock_regress/alt';
+BEGIN;
+SELECT zk_lock_exclusive('moved') > 0 AS locked;
+SELECT regexp_replace(node, '/_c_.*$', '') AS lock_parent FROM zk_locks;
+COMMIT;
+RESET zklock.root;
+
+-- a user without grants may not lock
+CREATE ROLE zklock_regress_job;
+SET ROLE zklock_regress_job;
+SELECT zk_lock_exclusive('job');
+SELECT * FROM zk_locks;
+RESET ROLE;
+
+-- superuser-only settings; connect_timeout is the user's own
+SET ROLE zklock_regress_job;
+SET zklock.hosts = '127.0.0.1:1';
+SET zklock.root = '/elsewhere';
+SET zklock.session_timeout = '30s';
+SELECT set_config('zklock.hosts', '127.0.0.1:1', false);
+SET zklock.connect_timeout = '2s';
+SHOW zklock.connect_timeout;
+RESET ROLE;
+
+-- the administrator grants a job role what it needs
+GRANT EXECUTE ON FUNCTION zk_lock_exclusive(text, interval), zk_locks() TO zklock_regress_job;
+GRANT SELECT ON zk_locks TO zklock_regress_job;
+SET ROLE zklock_regress_job;
+BEGIN;
+SELECT zk_lock_exclusive('job') > 0 AS locked;
+SELECT resource, mode FROM zk_locks;
+COMMIT;
+RESET ROLE;
+
+REVOKE ALL ON FUNCTION zk_lock_exclusive(text, interval), zk_locks() FROM zklock_regress_job;
+REVOKE ALL ON zk_locks FROM zklock_regress_job;
+DROP ROLE zklock_regress_job;

@@ -1,0 +1,234 @@
+/*-------------------------------------------------------------------------
+ *
+ * functions.c
+ *	  The SQL-callable functions of zklock.  They check their arguments,
+ *	  turn the resource name into a znode path, and call the lock table.
+ *
+ * The interface mirrors PostgreSQL's advisory-lock functions
+ * (src/backend/utils/adt/lockfuncs.c): transaction- and session-level
+ * variants, try variants that return boolean, and unlock functions that
+ * warn and return false when the lock is not held.
+ *
+ * src/functions.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "locktable.h"
+#include "recipe.h"
+
+PG_FUNCTION_INFO_V1(zk_lock_exclusive);
+PG_FUNCTION_INFO_V1(zk_lock_shared);
+PG_FUNCTION_INFO_V1(zk_try_lock_exclusive);
+PG_FUNCTION_INFO_V1(zk_try_lock_shared);
+PG_FUNCTION_INFO_V1(zk_session_lock_exclusive);
+PG_FUNCTION_INFO_V1(zk_session_lock_shared);
+PG_FUNCTION_INFO_V1(zk_try_session_lock_exclusive);
+PG_FUNCTION_INFO_V1(zk_try_session_lock_shared);
+PG_FUNCTION_INFO_V1(zk_unlock);
+PG_FUNCTION_INFO_V1(zk_unlock_shared);
+PG_FUNCTION_INFO_V1(zk_unlock_all);
+PG_FUNCTION_INFO_V1(zk_locks);
+
+/*
+ * The resource argument: non-NULL text of 1 to 512 bytes without empty
+ * levels.  Returns it as a C string and sets *relpath to its encoding.
+ */
+static char *
+resource_arg(FunctionCallInfo fcinfo, char **relpath)
+{
+	text	   *t;
+	char	   *res;
+	char	   *out;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock resource name must not be null")));
+
+	t = PG_GETARG_TEXT_PP(0);
+	res = text_to_cstring(t);
+	out = palloc(ZKR_MAX_ENCODED_BYTES + 1);
+
+	switch (zkr_encode_resource(res, VARSIZE_ANY_EXHDR(t), out,
+								ZKR_MAX_ENCODED_BYTES + 1))
+	{
+		case ZKR_ENCODE_OK:
+			break;
+		case ZKR_ENCODE_EMPTY:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("zklock resource name must not be empty")));
+			break;
+		case ZKR_ENCODE_TOO_LONG:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("zklock resource name is too long"),
+					 errdetail("The name is %d bytes; at most %d are allowed.",
+							   (int) VARSIZE_ANY_EXHDR(t),
+							   ZKR_MAX_RESOURCE_BYTES)));
+			break;
+		case ZKR_ENCODE_EMPTY_LEVEL:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("zklock resource name \"%s\" has an empty level", res),
+					 errdetail("\"/\" separates levels; a name must not start or end with \"/\" nor contain \"//\".")));
+			break;
+		case ZKR_ENCODE_NO_ROOM:
+			elog(ERROR, "encoded zklock resource name does not fit");
+			break;
+	}
+	*relpath = out;
+	return res;
+}
+
+/* The timeout argument: NULL means none; negative is an error. */
+static int64
+timeout_arg(FunctionCallInfo fcinfo)
+{
+	Interval   *iv;
+	int64		us;
+
+	if (PG_NARGS() < 2 || PG_ARGISNULL(1))
+		return -1;
+	iv = PG_GETARG_INTERVAL_P(1);
+	us = iv->time + (int64) iv->day * USECS_PER_DAY +
+		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	if (us < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("zklock timeout must not be negative")));
+	return (us + 999) / 1000;
+}
+
+static Datum
+lock_common(FunctionCallInfo fcinfo, ZkrMode mode, ZklScope scope)
+{
+	char	   *relpath;
+	char	   *res = resource_arg(fcinfo, &relpath);
+	int64		timeout = timeout_arg(fcinfo);
+	int64		token;
+
+	(void) zkl_acquire(res, relpath, mode, scope, timeout, false, &token);
+	PG_RETURN_INT64(token);
+}
+
+static Datum
+try_common(FunctionCallInfo fcinfo, ZkrMode mode, ZklScope scope)
+{
+	char	   *relpath;
+	char	   *res = resource_arg(fcinfo, &relpath);
+	int64		token;
+
+	PG_RETURN_BOOL(zkl_acquire(res, relpath, mode, scope, -1, true, &token));
+}
+
+Datum
+zk_lock_exclusive(PG_FUNCTION_ARGS)
+{
+	return lock_common(fcinfo, ZKR_MODE_EXCLUSIVE, ZKL_SCOPE_TRANSACTION);
+}
+
+Datum
+zk_lock_shared(PG_FUNCTION_ARGS)
+{
+	return lock_common(fcinfo, ZKR_MODE_SHARED, ZKL_SCOPE_TRANSACTION);
+}
+
+Datum
+zk_try_lock_exclusive(PG_FUNCTION_ARGS)
+{
+	return try_common(fcinfo, ZKR_MODE_EXCLUSIVE, ZKL_SCOPE_TRANSACTION);
+}
+
+Datum
+zk_try_lock_shared(PG_FUNCTION_ARGS)
+{
+	return try_common(fcinfo, ZKR_MODE_SHARED, ZKL_SCOPE_TRANSACTION);
+}
+
+Datum
+zk_session_lock_exclusive(PG_FUNCTION_ARGS)
+{
+	return lock_common(fcinfo, ZKR_MODE_EXCLUSIVE, ZKL_SCOPE_SESSION);
+}
+
+Datum
+zk_session_lock_shared(PG_FUNCTION_ARGS)
+{
+	return lock_common(fcinfo, ZKR_MODE_SHARED, ZKL_SCOPE_SESSION);
+}
+
+Datum
+zk_try_session_lock_exclusive(PG_FUNCTION_ARGS)
+{
+	return try_common(fcinfo, ZKR_MODE_EXCLUSIVE, ZKL_SCOPE_SESSION);
+}
+
+Datum
+zk_try_session_lock_shared(PG_FUNCTION_ARGS)
+{
+	return try_common(fcinfo, ZKR_MODE_SHARED, ZKL_SCOPE_SESSION);
+}
+
+static Datum
+unlock_common(FunctionCallInfo fcinfo, ZkrMode mode)
+{
+	char	   *relpath;
+	char	   *res = resource_arg(fcinfo, &relpath);
+
+	PG_RETURN_BOOL(zkl_release_session(res, mode));
+}
+
+Datum
+zk_unlock(PG_FUNCTION_ARGS)
+{
+	return unlock_common(fcinfo, ZKR_MODE_EXCLUSIVE);
+}
+
+Datum
+zk_unlock_shared(PG_FUNCTION_ARGS)
+{
+	return unlock_common(fcinfo, ZKR_MODE_SHARED);
+}
+
+Datum
+zk_unlock_all(PG_FUNCTION_ARGS)
+{
+	zkl_release_all_session();
+	PG_RETURN_VOID();
+}
+
+/* zk_locks(): this backend's locks, one row per lock and scope. */
+Datum
+zk_locks(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ZklLockInfo *rows;
+	int			n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	rows = zkl_snapshot(&n);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[8];
+		bool		nulls[8] = {0};
+
+		values[0] = CStringGetTextDatum(rows[i].resource);
+		values[1] = CStringGetTextDatum(zkr_mode_name(rows[i].mode));
+		values[2] = CStringGetTextDatum(zkl_scope_name(rows[i].scope));
+		values[3] = Int32GetDatum(rows[i].count);
+		values[4] = CStringGetTextDatum(rows[i].node);
+		values[5] = Int64GetDatum(rows[i].token);
+		values[6] = CStringGetTextDatum(rows[i].lost ? "lost" : "held");
+		values[7] = TimestampTzGetDatum(rows[i].since);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}

@@ -1,0 +1,855 @@
+/*-------------------------------------------------------------------------
+ *
+ * locktable.c
+ *	  The backend's zklock locks: taking one by ZooKeeper's lock recipe,
+ *	  counting re-entrant holds per scope, and releasing them when the
+ *	  transaction, subtransaction or session that owns them ends.
+ *
+ * A lock is one EPHEMERAL_SEQUENTIAL node under the lock parent
+ * <zklock.root>/<encoded resource>, shared by every hold of the same
+ * resource and mode in this backend, whatever the scope (as for
+ * PostgreSQL's advisory locks).  Transaction-level holds remember the
+ * subtransaction that took them, so ROLLBACK TO SAVEPOINT drops exactly
+ * those, and RELEASE SAVEPOINT hands them to the parent.  When the last
+ * hold goes, the node is deleted without waiting for the reply: releases
+ * run inside transaction callbacks, which must neither fail nor block.
+ *
+ * Taking a lock sends the create and the children listing back to back
+ * (ZooKeeper answers a session's requests in order, so the listing already
+ * contains the new node): one round trip when the lock is free.  A waiter
+ * watches only the contender the recipe names (recipe.c) and lists the
+ * parent again after every notification.  Whatever ends a wait without
+ * the lock -- try, timeout, cancel, any ERROR -- deletes the node it
+ * created, including one whose create completes only later (session.c).
+ *
+ * src/locktable.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "commands/dbcommands.h"
+#include "miscadmin.h"
+#include "postmaster/postmaster.h"
+#include "storage/proc.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "locktable.h"
+#include "session.h"
+#include "zklock.h"
+
+typedef struct ZklLockKey
+{
+	char		resource[ZKR_MAX_RESOURCE_BYTES + 1];
+	ZkrMode		mode;
+} ZklLockKey;
+
+typedef struct ZklLock
+{
+	ZklLockKey	key;			/* hash key: must be first */
+	char	   *parent;			/* lock parent path */
+	char	   *node;			/* full path of our node */
+	const char *name;			/* last component of node */
+	char	   *prefix;			/* the "_c_<uuid>-..." prefix of our node */
+	bool		sweep;			/* a create's reply was lost: at release,
+								 * also delete any stray node with prefix */
+	int64		token;			/* czxid of the node */
+	int64		session_id;		/* session the node belongs to */
+	TimestampTz since;
+	int			session_count;
+	int			xact_count;		/* == number of entries in xact_subids */
+	int			xact_cap;
+	SubTransactionId *xact_subids;	/* subtransaction of each xact hold */
+} ZklLock;
+
+/* One acquisition in progress; everything PG_CATCH must undo. */
+typedef struct Attempt
+{
+	const char *resource;
+	ZkrMode		mode;
+	bool		try_only;
+	char	   *parent;
+	char	   *create_path;	/* parent/prefix: ZooKeeper appends digits */
+	char		prefix[ZKR_MAX_PREFIX_BYTES];
+	char	   *data;			/* the node's data: its owner */
+	const char *own_other;		/* our node for the other mode, if any */
+	TimestampTz deadline;		/* 0: none */
+	int64		deadline_ms;	/* the limit that set the deadline */
+	bool		by_lock_timeout;
+	ZksRequest *creq;			/* create in flight */
+	ZksRequest *lreq;			/* listing in flight */
+	ZksRequest *ereq;			/* exists (watch) in flight */
+	char	   *node;			/* our node, once known */
+	const char *name;
+	int64		token;
+	bool		uncertain;		/* a create's reply was lost */
+} Attempt;
+
+static HTAB *lock_table = NULL;
+
+/* How often a create is retried when its parent keeps vanishing. */
+#define MAX_CREATE_TRIES 10
+
+const char *
+zkl_scope_name(ZklScope scope)
+{
+	return scope == ZKL_SCOPE_SESSION ? "session" : "transaction";
+}
+
+static bool
+have_locks(void)
+{
+	return lock_table != NULL && hash_get_num_entries(lock_table) > 0;
+}
+
+static void
+make_key(ZklLockKey *key, const char *resource, ZkrMode mode)
+{
+	memset(key, 0, sizeof(ZklLockKey));
+	strlcpy(key->resource, resource, sizeof(key->resource));
+	key->mode = mode;
+}
+
+static ZklLock *
+find_lock(const char *resource, ZkrMode mode)
+{
+	ZklLockKey	key;
+
+	make_key(&key, resource, mode);
+	return (ZklLock *) hash_search(lock_table, &key, HASH_FIND, NULL);
+}
+
+/* ----------------------------------------------------------------
+ * Holds and release
+ * ----------------------------------------------------------------
+ */
+
+static void
+add_hold(ZklLock *lock, ZklScope scope)
+{
+	if (scope == ZKL_SCOPE_SESSION)
+	{
+		lock->session_count++;
+		return;
+	}
+	if (lock->xact_count == lock->xact_cap)
+	{
+		int			newcap = Max(4, lock->xact_cap * 2);
+
+		if (lock->xact_subids == NULL)
+			lock->xact_subids = MemoryContextAlloc(TopMemoryContext,
+												   newcap * sizeof(SubTransactionId));
+		else
+			lock->xact_subids = repalloc(lock->xact_subids,
+										 newcap * sizeof(SubTransactionId));
+		lock->xact_cap = newcap;
+	}
+	lock->xact_subids[lock->xact_count++] = GetCurrentSubTransactionId();
+}
+
+/*
+ * Drop the entry and its node once no hold is left.  Runs in transaction
+ * callbacks: nothing here may raise ERROR or wait.
+ */
+static void
+release_if_unused(ZklLock *lock)
+{
+	if (lock->session_count > 0 || lock->xact_count > 0)
+		return;
+
+	/* A node of a session that is gone went with it. */
+	if (lock->session_id == zks_session_id())
+	{
+		zks_delete_async(lock->node);
+		if (lock->sweep)
+			zks_sweep_async(lock->parent, lock->prefix);
+	}
+	pfree(lock->parent);
+	pfree(lock->node);
+	pfree(lock->prefix);
+	if (lock->xact_subids)
+		pfree(lock->xact_subids);
+	hash_search(lock_table, &lock->key, HASH_REMOVE, NULL);
+}
+
+static void
+release_xact_holds(void)
+{
+	HASH_SEQ_STATUS status;
+	ZklLock    *lock;
+
+	hash_seq_init(&status, lock_table);
+	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+	{
+		lock->xact_count = 0;
+		release_if_unused(lock);
+	}
+}
+
+static void
+zkl_xact_callback(XactEvent event, void *arg)
+{
+	if (!have_locks())
+		return;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			{
+				HASH_SEQ_STATUS status;
+				ZklLock    *lock;
+
+				hash_seq_init(&status, lock_table);
+				while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+				{
+					if (lock->xact_count > 0)
+					{
+						hash_seq_term(&status);
+						ereport(ERROR,
+								(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+								 errmsg("cannot PREPARE a transaction that holds a transaction-level zklock lock"),
+								 errdetail("The lock on \"%s\" lives in this backend's ZooKeeper session, which cannot outlive the backend.",
+										   lock->key.resource),
+								 errhint("Use a session-level lock (zk_session_lock_exclusive) and release it after COMMIT PREPARED.")));
+					}
+				}
+				break;
+			}
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			release_xact_holds();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+zkl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					 SubTransactionId parentSubid, void *arg)
+{
+	HASH_SEQ_STATUS status;
+	ZklLock    *lock;
+
+	if (!have_locks())
+		return;
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+
+	hash_seq_init(&status, lock_table);
+	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+	{
+		int			kept = 0;
+
+		for (int i = 0; i < lock->xact_count; i++)
+		{
+			SubTransactionId s = lock->xact_subids[i];
+
+			if (s == mySubid)
+			{
+				if (event == SUBXACT_EVENT_ABORT_SUB)
+					continue;	/* ROLLBACK TO: this hold goes */
+				s = parentSubid;	/* RELEASE: the parent keeps it */
+			}
+			lock->xact_subids[kept++] = s;
+		}
+		lock->xact_count = kept;
+		release_if_unused(lock);
+	}
+}
+
+void
+zkl_init(void)
+{
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(ZklLockKey);
+	ctl.entrysize = sizeof(ZklLock);
+	ctl.hcxt = TopMemoryContext;
+	lock_table = hash_create("zklock locks", 64, &ctl,
+							 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	RegisterXactCallback(zkl_xact_callback, NULL);
+	RegisterSubXactCallback(zkl_subxact_callback, NULL);
+}
+
+/* ----------------------------------------------------------------
+ * Acquisition
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * The data of a contender node: one short line naming its owner, so an
+ * operator (or zk_lock_queue) can tell who holds or waits.
+ */
+static char *
+owner_line(void)
+{
+	char		host[256];
+	const char *db = get_database_name(MyDatabaseId);
+	const char *role = GetUserNameFromId(GetUserId(), true);
+
+	if (gethostname(host, sizeof(host)) != 0)
+		strlcpy(host, "?", sizeof(host));
+	host[sizeof(host) - 1] = '\0';
+
+	return psprintf("zklock host=%s port=%d sysid=" UINT64_FORMAT " pid=%d db=%s role=%s application_name=%s",
+					host, PostPortNumber, GetSystemIdentifier(), MyProcPid,
+					db ? db : "?", role ? role : "?",
+					application_name ? application_name : "");
+}
+
+static void
+timeout_error(Attempt *a)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("could not obtain %s zklock on \"%s\"",
+					zkr_mode_name(a->mode), a->resource),
+			 a->by_lock_timeout ?
+			 errdetail("\"lock_timeout\" (%lld ms) expired while waiting.",
+					   (long long) a->deadline_ms) :
+			 errdetail("The timeout of %lld ms given to the call expired while waiting.",
+					   (long long) a->deadline_ms)));
+}
+
+static void
+zk_failure(Attempt *a, const char *what, ZksRc rc)
+{
+	if (rc == ZKS_NOAUTH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("ZooKeeper denied %s \"%s\"", what, a->parent),
+				 errdetail("%s.", zks_rc_text(rc))));
+	ereport(ERROR,
+			(errcode(rc == ZKS_SESSION_EXPIRED || rc == ZKS_CONNECTION_LOSS ?
+					 ERRCODE_CONNECTION_FAILURE : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+			 errmsg("could not %s \"%s\" for zklock on \"%s\"",
+					what, a->parent, a->resource),
+			 errdetail("%s.", zks_rc_text(rc))));
+}
+
+/*
+ * After a connection loss, wait for the session to come back: no longer
+ * than the lock's own deadline (55P03) nor zklock.connect_timeout (08001).
+ */
+static void
+await_reconnect(Attempt *a)
+{
+	TimestampTz limit = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													zklock_connect_timeout);
+	bool		lock_deadline_first = (a->deadline != 0 && a->deadline <= limit);
+
+	if (zks_reconnect_wait(lock_deadline_first ? a->deadline : limit))
+		return;
+	if (lock_deadline_first)
+		timeout_error(a);
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("lost connection to ZooKeeper ensemble \"%s\" while locking \"%s\"",
+					zklock_hosts, a->resource),
+			 errdetail("No server answered within \"zklock.connect_timeout\" (%d ms).",
+					   zklock_connect_timeout)));
+}
+
+/* Wait for a reply; a deadline that passes first ends the attempt. */
+static ZksRc
+await_reply(Attempt *a, ZksRequest *req)
+{
+	ZksRc		rc = zks_wait(req, a->deadline);
+
+	if (rc == ZKS_TIMEDOUT)
+		timeout_error(a);
+	return rc;
+}
+
+static void
+done_req(ZksRequest **req)
+{
+	zks_done(*req);
+	*req = NULL;
+}
+
+/*
+ * Create the lock parent and any missing ancestor, as CONTAINER nodes (the
+ * server removes them once empty).  Sent together, answered in order.
+ */
+static void
+ensure_parents(Attempt *a)
+{
+	List	   *reqs = NIL;
+	ListCell   *lc;
+	ZksRc		failed = ZKS_OK;
+
+	for (const char *p = a->parent + 1; *p; p++)
+	{
+		/* every prefix ending before a '/', then the parent itself */
+		if (p[1] == '/' || p[1] == '\0')
+		{
+			char	   *path = pnstrdup(a->parent, p + 1 - a->parent);
+
+			reqs = lappend(reqs, zks_send_create(path, "", 0, ZKS_CONTAINER));
+			pfree(path);
+		}
+	}
+
+	PG_TRY();
+	{
+		foreach(lc, reqs)
+		{
+			ZksRequest *req = (ZksRequest *) lfirst(lc);
+			ZksRc		rc = await_reply(a, req);
+
+			if (rc != ZKS_OK && rc != ZKS_NODEEXISTS && failed == ZKS_OK)
+				failed = rc;
+		}
+	}
+	PG_FINALLY();
+	{
+		foreach(lc, reqs)
+			zks_done((ZksRequest *) lfirst(lc));
+		list_free(reqs);
+	}
+	PG_END_TRY();
+
+	if (failed == ZKS_CONNECTION_LOSS)
+		await_reconnect(a);
+	else if (failed != ZKS_OK && failed != ZKS_NONODE)
+		zk_failure(a, "create the lock parent", failed);
+	/* NONODE: an ancestor was reaped meanwhile; the caller tries again */
+}
+
+/*
+ * After a create whose reply was lost: find the node by its unique prefix
+ * and check it belongs to this session.  Adopts it and returns true, or
+ * returns false if the create never happened.
+ */
+static bool
+recover_create(Attempt *a)
+{
+	int			n;
+	char	  **children;
+	ZksRc		rc;
+
+	for (;;)
+	{
+		await_reconnect(a);
+		a->lreq = zks_send_children(a->parent);
+		rc = await_reply(a, a->lreq);
+		if (rc == ZKS_CONNECTION_LOSS)
+		{
+			done_req(&a->lreq);
+			continue;
+		}
+		break;
+	}
+	if (rc == ZKS_NONODE)
+	{
+		done_req(&a->lreq);
+		return false;
+	}
+	if (rc != ZKS_OK)
+		zk_failure(a, "list", rc);
+
+	children = zks_get_children(a->lreq, &n);
+	for (int i = 0; i < n; i++)
+	{
+		char	   *path;
+		ZksStat		st;
+
+		if (!zkr_has_prefix(children[i], a->prefix))
+			continue;
+		path = psprintf("%s/%s", a->parent, children[i]);
+		a->ereq = zks_send_exists(path, false);
+		rc = await_reply(a, a->ereq);
+		if (rc == ZKS_OK)
+		{
+			zks_get_stat(a->ereq, &st);
+			if (st.ephemeral_owner == zks_session_id())
+			{
+				done_req(&a->ereq);
+				a->node = path;
+				a->name = strrchr(a->node, '/') + 1;
+				a->token = st.czxid;
+				/* keep a->lreq: it is a listing that contains our node */
+				return true;
+			}
+		}
+		done_req(&a->ereq);
+		pfree(path);
+	}
+	done_req(&a->lreq);
+	return false;
+}
+
+/*
+ * Create our contender node and leave a listing of the parent, sent right
+ * behind the create, in a->lreq.
+ */
+static void
+create_node(Attempt *a)
+{
+	for (int tries = 0;; tries++)
+	{
+		ZksRc		rc;
+
+		a->creq = zks_send_create(a->create_path, a->data, strlen(a->data),
+								  ZKS_EPHEMERAL_SEQUENTIAL);
+		a->lreq = zks_send_children(a->parent);
+
+		rc = await_reply(a, a->creq);
+		if (rc == ZKS_OK)
+		{
+			ZksStat		st;
+
+			a->node = zks_take_created_path(a->creq);
+			a->name = strrchr(a->node, '/') + 1;
+			zks_get_stat(a->creq, &st);
+			a->token = st.czxid;
+			done_req(&a->creq);
+			return;
+		}
+
+		done_req(&a->lreq);
+		if (tries >= MAX_CREATE_TRIES)
+			zk_failure(a, "create a node under", rc);
+
+		if (rc == ZKS_NONODE)
+		{
+			done_req(&a->creq);
+			ensure_parents(a);
+		}
+		else if (rc == ZKS_CONNECTION_LOSS)
+		{
+			/*
+			 * The create may have happened.  Until we know, the node (if
+			 * any) is found by prefix; on give-up it is swept.
+			 */
+			a->uncertain = true;
+			if (recover_create(a))
+			{
+				zks_claim(a->creq);
+				done_req(&a->creq);
+				return;
+			}
+
+			/*
+			 * Not created (as far as the server we reached knows).  Create
+			 * again with the same prefix; a late original would then be one
+			 * of our own strays, never in our way, and swept when we are
+			 * done.  No sweep now: it could take the new node.
+			 */
+			zks_claim(a->creq);
+			done_req(&a->creq);
+		}
+		else
+		{
+			done_req(&a->creq);
+			zk_failure(a, "create a node under", rc);
+		}
+	}
+}
+
+/*
+ * Run the recipe until the lock is ours (true) or, for a try, until it is
+ * known to be taken (false).  Every wait is bounded by a->deadline and
+ * interruptible.
+ */
+static bool
+run_attempt(Attempt *a)
+{
+	create_node(a);
+
+	for (;;)
+	{
+		ZksRc		rc;
+		int			n;
+		char	  **children;
+		ZkrContender *cs;
+		int			ncs;
+		const char **own;
+		int			nown = 0;
+		ZkrDecision d;
+		char	   *pred;
+		uint64		seen;
+
+		rc = await_reply(a, a->lreq);
+		if (rc == ZKS_CONNECTION_LOSS)
+		{
+			done_req(&a->lreq);
+			await_reconnect(a);
+			a->lreq = zks_send_children(a->parent);
+			continue;
+		}
+		if (rc != ZKS_OK)
+			zk_failure(a, "list", rc);
+
+		children = zks_get_children(a->lreq, &n);
+		done_req(&a->lreq);
+
+		cs = palloc(sizeof(ZkrContender) * Max(n, 1));
+		ncs = zkr_collect((const char *const *) children, n, cs);
+
+		/* ours never conflict: the other mode's node, strays of our prefix */
+		own = palloc(sizeof(char *) * (ncs + 1));
+		if (a->own_other)
+			own[nown++] = a->own_other;
+		for (int i = 0; i < ncs; i++)
+			if (zkr_has_prefix(cs[i].name, a->prefix) &&
+				strcmp(cs[i].name, a->name) != 0)
+				own[nown++] = cs[i].name;
+
+		d = zkr_decide(cs, ncs, a->name, a->mode, own, nown);
+		if (!d.found)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("zklock node \"%s\" vanished while waiting for the lock on \"%s\"",
+							a->node, a->resource),
+					 errdetail("Another ZooKeeper client deleted it, or the session expired.")));
+		if (d.held)
+			return true;
+		if (a->try_only)
+			return false;
+
+		/*
+		 * Watch only the contender the recipe names.  If it is already
+		 * gone, list again at once: it may have given up rather than
+		 * released, and whoever precedes it is now in our way.
+		 */
+		pred = psprintf("%s/%s", a->parent, cs[d.predecessor].name);
+		seen = zks_watch_counter();
+		a->ereq = zks_send_exists(pred, true);
+		rc = await_reply(a, a->ereq);
+		done_req(&a->ereq);
+		pfree(pred);
+
+		if (rc == ZKS_OK)
+		{
+			if (!zks_wait_event(seen, a->deadline))
+				timeout_error(a);
+			if (!zks_is_connected())
+				await_reconnect(a);
+		}
+		else if (rc == ZKS_CONNECTION_LOSS)
+			await_reconnect(a);
+		else if (rc != ZKS_NONODE)
+			zk_failure(a, "watch a contender under", rc);
+
+		a->lreq = zks_send_children(a->parent);
+	}
+}
+
+/* Undo an attempt that ends without the lock.  Never raises ERROR. */
+static void
+abandon_attempt(Attempt *a)
+{
+	zks_done(a->creq);
+	zks_done(a->lreq);
+	zks_done(a->ereq);
+	a->creq = a->lreq = a->ereq = NULL;
+	if (a->node)
+		zks_delete_async(a->node);
+	if (a->uncertain)
+		zks_sweep_async(a->parent, a->prefix);
+}
+
+static void
+set_deadline(Attempt *a, int64 timeout_ms)
+{
+	int64		limit = -1;
+
+	a->by_lock_timeout = false;
+	if (timeout_ms >= 0)
+		limit = timeout_ms;
+	if (LockTimeout > 0 && (limit < 0 || LockTimeout < limit))
+	{
+		limit = LockTimeout;
+		a->by_lock_timeout = true;
+	}
+	a->deadline_ms = limit;
+	a->deadline = limit < 0 ? 0 :
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), limit);
+}
+
+bool
+zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
+			ZklScope scope, int64 timeout_ms, bool try_only, int64 *token)
+{
+	ZklLock    *lock = find_lock(resource, mode);
+	ZklLock    *other;
+	Attempt		a;
+	uint8		uuid_bytes[16];
+	char		uuid[ZKR_UUID_LEN + 1];
+	bool		granted;
+	bool		found;
+	ZklLockKey	key;
+
+	/* Re-entrant: the same node serves every hold of resource and mode. */
+	if (lock != NULL)
+	{
+		if (lock->session_id != zks_session_id())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("%s zklock on \"%s\" was lost",
+							zkr_mode_name(mode), resource),
+					 errdetail("The ZooKeeper session that held it ended."),
+					 errhint("Release it with zk_unlock_all() or end the transaction, then lock again.")));
+		add_hold(lock, scope);
+		*token = lock->token;
+		return true;
+	}
+
+	zks_connect(!have_locks());
+
+	memset(&a, 0, sizeof(a));
+	a.resource = resource;
+	a.mode = mode;
+	/*
+	 * A try, and a timeout of zero, never wait for other contenders; only
+	 * the round trips to ZooKeeper bound them.  Any other timeout (and
+	 * lock_timeout) bounds the whole call, round trips included.
+	 */
+	a.try_only = try_only || timeout_ms == 0;
+	if (a.try_only)
+		a.deadline = 0;
+	else
+		set_deadline(&a, timeout_ms);
+	a.parent = psprintf("%s/%s", zklock_root, relpath);
+	if (!pg_strong_random(uuid_bytes, sizeof(uuid_bytes)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random node name")));
+	/* a version-4 (random) UUID, as Curator's protected mode uses */
+	uuid_bytes[6] = (uuid_bytes[6] & 0x0F) | 0x40;
+	uuid_bytes[8] = (uuid_bytes[8] & 0x3F) | 0x80;
+	zkr_format_uuid(uuid_bytes, uuid);
+	if (zkr_node_prefix(mode, uuid, a.prefix, sizeof(a.prefix)) == 0)
+		elog(ERROR, "zklock node prefix does not fit");
+	a.create_path = psprintf("%s/%s", a.parent, a.prefix);
+	a.data = owner_line();
+	other = find_lock(resource, mode == ZKR_MODE_EXCLUSIVE ?
+					  ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
+	if (other != NULL && other->session_id == zks_session_id())
+		a.own_other = other->name;
+
+	PG_TRY();
+	{
+		granted = run_attempt(&a);
+	}
+	PG_CATCH();
+	{
+		abandon_attempt(&a);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (!granted)
+	{
+		abandon_attempt(&a);
+		if (!try_only)
+			timeout_error(&a);	/* timeout of zero: 55P03, not false */
+		return false;
+	}
+
+	make_key(&key, resource, mode);
+	lock = (ZklLock *) hash_search(lock_table, &key, HASH_ENTER, &found);
+	Assert(!found);
+	lock->parent = MemoryContextStrdup(TopMemoryContext, a.parent);
+	lock->node = MemoryContextStrdup(TopMemoryContext, a.node);
+	lock->name = strrchr(lock->node, '/') + 1;
+	lock->prefix = MemoryContextStrdup(TopMemoryContext, a.prefix);
+	lock->sweep = a.uncertain;
+	lock->token = a.token;
+	lock->session_id = zks_session_id();
+	lock->since = GetCurrentTimestamp();
+	lock->session_count = 0;
+	lock->xact_count = 0;
+	lock->xact_cap = 0;
+	lock->xact_subids = NULL;
+	add_hold(lock, scope);
+
+	*token = lock->token;
+	return true;
+}
+
+bool
+zkl_release_session(const char *resource, ZkrMode mode)
+{
+	ZklLock    *lock = find_lock(resource, mode);
+
+	if (lock == NULL || lock->session_count == 0)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("you don't own a session-level %s zklock on \"%s\"",
+						zkr_mode_name(mode), resource),
+				 (lock != NULL) ?
+				 errdetail("It is held at transaction level, which is released only when the transaction ends.") : 0));
+		return false;
+	}
+	lock->session_count--;
+	release_if_unused(lock);
+	return true;
+}
+
+void
+zkl_release_all_session(void)
+{
+	HASH_SEQ_STATUS status;
+	ZklLock    *lock;
+
+	if (!have_locks())
+		return;
+	hash_seq_init(&status, lock_table);
+	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+	{
+		lock->session_count = 0;
+		release_if_unused(lock);
+	}
+}
+
+ZklLockInfo *
+zkl_snapshot(int *n)
+{
+	HASH_SEQ_STATUS status;
+	ZklLock    *lock;
+	ZklLockInfo *rows;
+	int			k = 0;
+	int64		sid = zks_session_id();
+
+	rows = palloc(sizeof(ZklLockInfo) * (2 * hash_get_num_entries(lock_table) + 1));
+	hash_seq_init(&status, lock_table);
+	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+	{
+		for (int s = 0; s < 2; s++)
+		{
+			ZklScope	scope = s == 0 ? ZKL_SCOPE_TRANSACTION : ZKL_SCOPE_SESSION;
+			int			count = s == 0 ? lock->xact_count : lock->session_count;
+
+			if (count == 0)
+				continue;
+			rows[k].resource = pstrdup(lock->key.resource);
+			rows[k].mode = lock->key.mode;
+			rows[k].scope = scope;
+			rows[k].count = count;
+			rows[k].node = pstrdup(lock->node);
+			rows[k].token = lock->token;
+			rows[k].lost = (lock->session_id != sid);
+			rows[k].since = lock->since;
+			k++;
+		}
+	}
+	*n = k;
+	return rows;
+}

@@ -1,0 +1,61 @@
+/*-------------------------------------------------------------------------
+ *
+ * locktable.h
+ *	  The backend's table of zklock locks: acquisition by the ZooKeeper
+ *	  recipe, re-entrancy counts per scope, and release at transaction,
+ *	  subtransaction and session end.
+ *
+ * src/locktable.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_LOCKTABLE_H
+#define ZKLOCK_LOCKTABLE_H
+
+#include "datatype/timestamp.h"
+#include "recipe.h"
+
+typedef enum ZklScope
+{
+	ZKL_SCOPE_TRANSACTION,
+	ZKL_SCOPE_SESSION
+} ZklScope;
+
+/* One row of zk_locks(): a lock held in one scope. */
+typedef struct ZklLockInfo
+{
+	char	   *resource;
+	ZkrMode		mode;
+	ZklScope	scope;
+	int			count;
+	char	   *node;
+	int64		token;
+	bool		lost;
+	TimestampTz since;
+} ZklLockInfo;
+
+/* Register transaction callbacks and create the table (from _PG_init). */
+extern void zkl_init(void);
+
+/*
+ * Take a lock on resource (already encoded as relpath, relative to
+ * zklock.root).  timeout_ms < 0 means no timeout of the call's own
+ * (lock_timeout still applies).  With try_only, return false at once
+ * instead of waiting.  On success sets *token (the node's czxid).
+ */
+extern bool zkl_acquire(const char *resource, const char *relpath,
+						ZkrMode mode, ZklScope scope, int64 timeout_ms,
+						bool try_only, int64 *token);
+
+/* Release one session-level hold; WARNING and false if none is held. */
+extern bool zkl_release_session(const char *resource, ZkrMode mode);
+
+/* Release every session-level hold of this backend. */
+extern void zkl_release_all_session(void);
+
+/* Snapshot of this backend's locks, palloc'd; *n rows. */
+extern ZklLockInfo *zkl_snapshot(int *n);
+
+extern const char *zkl_scope_name(ZklScope scope);
+
+#endif							/* ZKLOCK_LOCKTABLE_H */

@@ -1,0 +1,335 @@
+/*-------------------------------------------------------------------------
+ *
+ * recipe.c
+ *	  Pure logic of ZooKeeper's lock recipes: resource encoding, node names,
+ *	  recognising other clients' contenders, serial-number ordering and the
+ *	  choice of the single node a waiter watches.
+ *
+ * This file must stay free of PostgreSQL and ZooKeeper calls: it is linked
+ * into the unit-test program (test/unit) as well as into the extension, and
+ * everything subtle about the recipe is tested there without a server.
+ *
+ * src/recipe.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipe.h"
+
+/*
+ * The markers that precede ZooKeeper's sequence suffix in the recipes we
+ * recognise.  Order does not matter: none is a suffix of another.
+ */
+static const struct
+{
+	const char *marker;
+	ZkrMode		mode;
+}			markers[] =
+{
+	{"__WRIT__", ZKR_MODE_EXCLUSIVE},	/* Curator InterProcessReadWriteLock */
+	{"__READ__", ZKR_MODE_SHARED},
+	{"lock-", ZKR_MODE_EXCLUSIVE},	/* Curator InterProcessMutex, go-zk */
+	{"__lock__", ZKR_MODE_EXCLUSIVE},	/* kazoo Lock / WriteLock */
+	{"__rlock__", ZKR_MODE_SHARED}, /* kazoo ReadLock */
+};
+
+static bool
+is_safe_byte(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+		(c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
+ZkrEncodeResult
+zkr_encode_resource(const char *res, size_t len, char *out, size_t outsize)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t		o = 0;
+	size_t		start = 0;
+
+	if (len == 0)
+		return ZKR_ENCODE_EMPTY;
+	if (len > ZKR_MAX_RESOURCE_BYTES)
+		return ZKR_ENCODE_TOO_LONG;
+
+	while (start <= len)
+	{
+		size_t		end = start;
+		bool		dots;
+
+		while (end < len && res[end] != '/')
+			end++;
+		if (end == start)
+			return ZKR_ENCODE_EMPTY_LEVEL;
+
+		/* "." and ".." would be path navigation: encode them entirely */
+		dots = (end - start == 1 && res[start] == '.') ||
+			(end - start == 2 && res[start] == '.' && res[start + 1] == '.');
+
+		if (start > 0)
+		{
+			if (o + 1 >= outsize)
+				return ZKR_ENCODE_NO_ROOM;
+			out[o++] = '/';
+		}
+		for (size_t i = start; i < end; i++)
+		{
+			unsigned char c = (unsigned char) res[i];
+
+			if (!dots && is_safe_byte(c))
+			{
+				if (o + 1 >= outsize)
+					return ZKR_ENCODE_NO_ROOM;
+				out[o++] = (char) c;
+			}
+			else
+			{
+				if (o + 3 >= outsize)
+					return ZKR_ENCODE_NO_ROOM;
+				out[o++] = '%';
+				out[o++] = hex[c >> 4];
+				out[o++] = hex[c & 0x0F];
+			}
+		}
+		start = end + 1;
+	}
+	if (o >= outsize)
+		return ZKR_ENCODE_NO_ROOM;
+	out[o] = '\0';
+	return ZKR_ENCODE_OK;
+}
+
+static bool
+all_digits(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+	return true;
+}
+
+/*
+ * Does name[0..len) end with one of the markers?  Sets *mode and returns
+ * the marker's length, or 0.
+ */
+static size_t
+ends_with_marker(const char *name, size_t len, ZkrMode *mode)
+{
+	for (size_t i = 0; i < sizeof(markers) / sizeof(markers[0]); i++)
+	{
+		size_t		ml = strlen(markers[i].marker);
+
+		if (len >= ml && memcmp(name + len - ml, markers[i].marker, ml) == 0)
+		{
+			*mode = markers[i].mode;
+			return ml;
+		}
+	}
+	return 0;
+}
+
+bool
+zkr_parse_child(const char *name, ZkrContender *out)
+{
+	size_t		len = strlen(name);
+
+	/*
+	 * Candidate suffix forms, longest prefix first (the regex's "(.*)" is
+	 * greedy): ten digits; then '-' with ten digits; then '-' with nine.
+	 */
+	static const struct
+	{
+		size_t		width;
+		bool		sign;
+	}			forms[] = {{10, false}, {11, true}, {10, true}};
+
+	out->name = name;
+	out->mode = ZKR_MODE_NONE;
+	out->seq = 0;
+	out->prefix_len = 0;
+
+	for (size_t f = 0; f < sizeof(forms) / sizeof(forms[0]); f++)
+	{
+		size_t		w = forms[f].width;
+		const char *suffix;
+		size_t		ml;
+		ZkrMode		mode;
+		long long	value;
+
+		if (len < w)
+			continue;
+		suffix = name + len - w;
+		if (forms[f].sign)
+		{
+			if (suffix[0] != '-' || !all_digits(suffix + 1, w - 1))
+				continue;
+		}
+		else if (!all_digits(suffix, w))
+			continue;
+
+		ml = ends_with_marker(name, len - w, &mode);
+		if (ml == 0)
+			continue;
+
+		value = strtoll(suffix, NULL, 10);
+		/* ZooKeeper prints a signed 32-bit counter; anything else is not it */
+		if (value < -2147483648LL || value > 4294967295LL)
+			continue;
+		out->mode = mode;
+		out->seq = (uint32_t) (int64_t) value;
+		out->prefix_len = len - w - ml;
+		return true;
+	}
+	return false;
+}
+
+int
+zkr_seq_cmp(uint32_t a, uint32_t b)
+{
+	uint32_t	d = a - b;
+
+	if (d == 0)
+		return 0;
+	if (d == 0x80000000u)
+		return a < b ? -1 : 1;
+	/* a follows b when the forward distance from b to a is under 2^31 */
+	return d < 0x80000000u ? 1 : -1;
+}
+
+int
+zkr_contender_cmp(const ZkrContender *a, const ZkrContender *b)
+{
+	int			c = zkr_seq_cmp(a->seq, b->seq);
+
+	if (c != 0)
+		return c;
+	return strcmp(a->name, b->name);
+}
+
+static int
+contender_qsort_cmp(const void *a, const void *b)
+{
+	return zkr_contender_cmp((const ZkrContender *) a,
+							 (const ZkrContender *) b);
+}
+
+void
+zkr_sort(ZkrContender *c, int n)
+{
+	if (n > 1)
+		qsort(c, (size_t) n, sizeof(ZkrContender), contender_qsort_cmp);
+}
+
+int
+zkr_collect(const char *const *names, int n, ZkrContender *out)
+{
+	int			k = 0;
+
+	for (int i = 0; i < n; i++)
+		if (zkr_parse_child(names[i], &out[k]))
+			k++;
+	zkr_sort(out, k);
+	return k;
+}
+
+void
+zkr_format_uuid(const uint8_t bytes[16], char out[ZKR_UUID_LEN + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+	int			o = 0;
+
+	for (int i = 0; i < 16; i++)
+	{
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			out[o++] = '-';
+		out[o++] = hex[bytes[i] >> 4];
+		out[o++] = hex[bytes[i] & 0x0F];
+	}
+	out[o] = '\0';
+}
+
+size_t
+zkr_node_prefix(ZkrMode mode, const char *uuid, char *out, size_t outsize)
+{
+	const char *marker;
+	int			n;
+
+	if (mode == ZKR_MODE_EXCLUSIVE)
+		marker = "__WRIT__";
+	else if (mode == ZKR_MODE_SHARED)
+		marker = "__READ__";
+	else
+		return 0;
+
+	n = snprintf(out, outsize, "_c_%s-%s", uuid, marker);
+	if (n < 0 || (size_t) n >= outsize)
+		return 0;
+	return (size_t) n;
+}
+
+bool
+zkr_has_prefix(const char *name, const char *prefix)
+{
+	return strncmp(name, prefix, strlen(prefix)) == 0;
+}
+
+static bool
+is_own(const char *name, const char *const *own, int n_own)
+{
+	for (int i = 0; i < n_own; i++)
+		if (strcmp(name, own[i]) == 0)
+			return true;
+	return false;
+}
+
+ZkrDecision
+zkr_decide(const ZkrContender *c, int n, const char *self, ZkrMode mode,
+		   const char *const *own, int n_own)
+{
+	ZkrDecision d = {false, false, -1, -1, 0};
+
+	for (int i = 0; i < n; i++)
+	{
+		if (strcmp(c[i].name, self) == 0)
+		{
+			d.found = true;
+			d.self = i;
+			break;
+		}
+	}
+	if (!d.found)
+		return d;
+
+	/*
+	 * Walk the contenders ahead of self.  The last conflicting one seen is
+	 * the greatest lower conflicting contender: the only node to watch.
+	 */
+	for (int i = 0; i < d.self; i++)
+	{
+		if (is_own(c[i].name, own, n_own))
+			continue;
+		if (mode == ZKR_MODE_SHARED && c[i].mode != ZKR_MODE_EXCLUSIVE)
+			continue;
+		d.blockers++;
+		d.predecessor = i;
+	}
+	d.held = (d.blockers == 0);
+	return d;
+}
+
+const char *
+zkr_mode_name(ZkrMode mode)
+{
+	switch (mode)
+	{
+		case ZKR_MODE_EXCLUSIVE:
+			return "exclusive";
+		case ZKR_MODE_SHARED:
+			return "shared";
+		default:
+			return "none";
+	}
+}

@@ -1,0 +1,144 @@
+/*-------------------------------------------------------------------------
+ *
+ * recipe.h
+ *	  Pure logic of ZooKeeper's "Locks" and "Shared Locks" recipes: how a
+ *	  resource name becomes a znode path, how contender nodes are named and
+ *	  recognised, how they are ordered, and which one a waiter watches.
+ *
+ * Nothing declared here calls PostgreSQL or ZooKeeper.  The same object is
+ * linked into the extension and into the unit-test program under
+ * test/unit, which runs without any server.  Strings are plain C strings;
+ * the caller owns all memory.
+ *
+ * src/recipe.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_RECIPE_H
+#define ZKLOCK_RECIPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest resource name accepted, in bytes, before encoding. */
+#define ZKR_MAX_RESOURCE_BYTES 512
+
+/* Worst case of the encoding: every byte becomes "%XX". */
+#define ZKR_MAX_ENCODED_BYTES (ZKR_MAX_RESOURCE_BYTES * 3)
+
+/* "8-4-4-4-12" lower-case hex plus NUL */
+#define ZKR_UUID_LEN 36
+
+/* Room for the prefix of a node name: "_c_" uuid "-" marker */
+#define ZKR_MAX_PREFIX_BYTES 64
+
+typedef enum ZkrMode
+{
+	ZKR_MODE_NONE = 0,			/* not a contender */
+	ZKR_MODE_EXCLUSIVE,
+	ZKR_MODE_SHARED
+} ZkrMode;
+
+typedef enum ZkrEncodeResult
+{
+	ZKR_ENCODE_OK = 0,
+	ZKR_ENCODE_EMPTY,			/* zero-length name */
+	ZKR_ENCODE_TOO_LONG,		/* more than ZKR_MAX_RESOURCE_BYTES */
+	ZKR_ENCODE_EMPTY_LEVEL,		/* leading, trailing or doubled '/' */
+	ZKR_ENCODE_NO_ROOM			/* output buffer too small */
+} ZkrEncodeResult;
+
+/*
+ * Encode a resource name (len bytes, need not be NUL-terminated) into a
+ * relative znode path written to out (NUL-terminated).  '/' separates
+ * levels; within a level every byte outside [A-Za-z0-9._-] becomes "%XX"
+ * (upper-case hex), and a level that is exactly "." or ".." is encoded
+ * entirely ("%2E", "%2E%2E"), so the result can never leave the root.
+ */
+extern ZkrEncodeResult zkr_encode_resource(const char *res, size_t len,
+										   char *out, size_t outsize);
+
+/* A child of a lock parent, as recognised by zkr_parse_child. */
+typedef struct ZkrContender
+{
+	const char *name;			/* the child's name (caller's storage) */
+	ZkrMode		mode;
+	uint32_t	seq;			/* sequence number, as a 32-bit serial */
+	size_t		prefix_len;		/* bytes before the recipe marker */
+} ZkrContender;
+
+/*
+ * Recognise a child name.  A contender matches
+ *	 ^(.*)(lock-|__lock__|__rlock__|__WRIT__|__READ__)(SEQ)$
+ * where SEQ is ten digits, or a '-' followed by nine or ten digits (the
+ * forms ZooKeeper's "%010d" produces once the parent's counter has wrapped
+ * past 2^31).  "lock-", "__lock__" and "__WRIT__" are exclusive, "__READ__"
+ * and "__rlock__" shared.  Returns false (and mode NONE) for anything else.
+ */
+extern bool zkr_parse_child(const char *name, ZkrContender *out);
+
+/*
+ * RFC 1982 serial-number comparison of 32-bit sequence numbers: negative
+ * if a precedes b, 0 if equal, positive if a follows b.  Numbers exactly
+ * 2^31 apart (undefined in RFC 1982) are ordered by their raw value so the
+ * result is still antisymmetric.
+ */
+extern int	zkr_seq_cmp(uint32_t a, uint32_t b);
+
+/* Order of contenders: by sequence (zkr_seq_cmp), ties broken by name. */
+extern int	zkr_contender_cmp(const ZkrContender *a, const ZkrContender *b);
+
+/* Sort contenders in place into queue order. */
+extern void zkr_sort(ZkrContender *c, int n);
+
+/*
+ * Parse every name in names[] and store the contenders, sorted, in out[]
+ * (which has room for n).  Returns the number of contenders.
+ */
+extern int	zkr_collect(const char *const *names, int n, ZkrContender *out);
+
+/* Format 16 bytes as a lower-case 8-4-4-4-12 UUID string (37 bytes). */
+extern void zkr_format_uuid(const uint8_t bytes[16], char out[ZKR_UUID_LEN + 1]);
+
+/*
+ * Build the name prefix of a new node in the Curator read-write-lock
+ * layout: "_c_<uuid>-__WRIT__" or "_c_<uuid>-__READ__".  ZooKeeper appends
+ * the sequence number.  The "_c_<uuid>-" part ("protected" in Curator's
+ * words) lets a create whose reply was lost be found again.  Returns the
+ * length written, or 0 if it does not fit.
+ */
+extern size_t zkr_node_prefix(ZkrMode mode, const char *uuid,
+							  char *out, size_t outsize);
+
+/* Does child name start with the given node-name prefix? */
+extern bool zkr_has_prefix(const char *name, const char *prefix);
+
+/* What a contender should do, given the queue it sees. */
+typedef struct ZkrDecision
+{
+	bool		found;			/* self is among the contenders */
+	bool		held;			/* the lock is granted to self */
+	int			self;			/* index of self in the sorted array */
+	int			predecessor;	/* index of the node to watch, -1 if held */
+	int			blockers;		/* conflicting contenders ahead of self */
+} ZkrDecision;
+
+/*
+ * Decide for the contender named self, of the given mode, in the sorted
+ * queue c[0..n-1].  own[0..n_own-1] are other nodes of the same backend
+ * under the same parent: they never conflict with self (PostgreSQL's
+ * advisory-lock rule).
+ *
+ * Exclusive: held when no other contender precedes self; otherwise watch
+ * the greatest preceding one.  Shared: held when no exclusive contender
+ * precedes self; otherwise watch the greatest preceding exclusive one.
+ * Only one node is ever watched (no herd effect).
+ */
+extern ZkrDecision zkr_decide(const ZkrContender *c, int n, const char *self,
+							  ZkrMode mode, const char *const *own, int n_own);
+
+/* "exclusive" / "shared" / "none" */
+extern const char *zkr_mode_name(ZkrMode mode);
+
+#endif							/* ZKLOCK_RECIPE_H */

@@ -1,0 +1,916 @@
+/*-------------------------------------------------------------------------
+ *
+ * session.c
+ *	  The backend's ZooKeeper session: the only file that talks to
+ *	  libzookeeper.
+ *
+ * libzookeeper_mt runs an I/O thread and a completion thread of its own.
+ * Watchers and completions run on the completion thread, so they may call
+ * nothing of PostgreSQL: no elog, no palloc, no GUC, no interrupts.  They
+ * store results in malloc'd memory under zks_mutex and call
+ * SetLatch(MyLatch), which is safe from any thread.  The backend waits on
+ * its latch (WaitLatch + CHECK_FOR_INTERRUPTS), so every wait can be
+ * cancelled, timed out or ended by postmaster death.
+ *
+ * A request object outlives an ERROR in the waiting backend: the backend
+ * hands it back with zks_done() and, if the reply is still to come, the
+ * completion frees it.  A create that succeeds after its waiter gave up
+ * has its node deleted there and then; one whose reply is lost is swept
+ * (its parent listed and the node found by its unique prefix) after the
+ * next reconnect.  Such clean-up tasks, and the fire-and-forget deletes of
+ * releases, live in a list that the completion thread re-sends whenever
+ * the session reconnects, and that is dropped once the session is gone
+ * (its ephemeral nodes went with it).
+ *
+ * Only the asynchronous zoo_a* API is used: the synchronous calls block in
+ * a condition variable that no interrupt can end.
+ *
+ * src/session.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+
+#include <zookeeper.h>
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "session.h"
+#include "zklock.h"
+
+typedef enum ReqState
+{
+	REQ_PENDING,				/* sent, no reply yet, backend waits */
+	REQ_DONE,					/* reply stored, backend not done with it */
+	REQ_ABANDONED				/* backend gave up; the completion frees it */
+} ReqState;
+
+typedef enum ReqKind
+{
+	KIND_CREATE,
+	KIND_CHILDREN,
+	KIND_EXISTS
+} ReqKind;
+
+struct ZksRequest
+{
+	ReqKind		kind;
+	ReqState	state;
+	int			zrc;			/* libzookeeper's return code */
+	bool		ephemeral;		/* create of a contender node */
+	bool		taken;			/* caller took ownership of created node */
+	char	   *path;			/* request path (malloc) */
+	char	   *created;		/* create: the node's path (malloc) */
+	struct Stat stat;
+	bool		has_stat;
+	char	  **children;		/* children: names (malloc) */
+	int			nchildren;
+};
+
+/*
+ * A clean-up the completion thread carries out on its own: delete a node,
+ * or list a parent and delete every child whose name starts with prefix
+ * (a create whose reply was lost after its waiter gave up).
+ */
+typedef struct CleanupTask
+{
+	struct CleanupTask *next;
+	bool		in_flight;		/* sent, reply awaited */
+	char	   *path;			/* node to delete, or parent to sweep */
+	char	   *prefix;			/* non-NULL for a sweep */
+} CleanupTask;
+
+/* Everything below is shared with libzookeeper's threads. */
+static pthread_mutex_t zks_mutex = PTHREAD_MUTEX_INITIALIZER;
+static zhandle_t *zh = NULL;
+static bool zh_closing = false;
+static int	zk_state = 0;		/* last state seen by the watcher */
+static uint64 state_counter = 0;	/* session events seen */
+static uint64 watch_counter = 0;	/* watch events seen */
+static CleanupTask *tasks = NULL;
+
+/* Backend-only state. */
+static char *zh_hosts = NULL;	/* settings the handle was made with */
+static int	zh_timeout = 0;
+static bool zh_had_session = false;
+static bool shutdown_registered = false;
+
+static void submit_task_locked(CleanupTask *t);
+
+/* ----------------------------------------------------------------
+ * Code that runs on libzookeeper's threads.  Nothing of PostgreSQL but
+ * SetLatch.
+ * ----------------------------------------------------------------
+ */
+
+static void
+wake_backend(void)
+{
+	SetLatch(MyLatch);
+}
+
+static void
+free_task(CleanupTask *t)
+{
+	free(t->path);
+	free(t->prefix);
+	free(t);
+}
+
+static void
+unlink_task_locked(CleanupTask *t)
+{
+	CleanupTask **p;
+
+	for (p = &tasks; *p != NULL; p = &(*p)->next)
+	{
+		if (*p == t)
+		{
+			*p = t->next;
+			free_task(t);
+			return;
+		}
+	}
+}
+
+static void
+drop_tasks_locked(void)
+{
+	while (tasks != NULL)
+	{
+		CleanupTask *t = tasks;
+
+		tasks = t->next;
+		free_task(t);
+	}
+}
+
+/* Queue a task and send it if the session can take it now. */
+static void
+add_task_locked(const char *path, const char *prefix)
+{
+	CleanupTask *t = calloc(1, sizeof(CleanupTask));
+
+	if (t == NULL)
+		return;					/* the node goes when the session ends */
+	t->path = strdup(path);
+	t->prefix = prefix ? strdup(prefix) : NULL;
+	if (t->path == NULL || (prefix != NULL && t->prefix == NULL))
+	{
+		free_task(t);
+		return;
+	}
+	t->next = tasks;
+	tasks = t;
+	submit_task_locked(t);
+}
+
+static bool
+is_connection_loss(int zrc)
+{
+	return zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT;
+}
+
+static void
+delete_task_completion(int rc, const void *data)
+{
+	CleanupTask *t = (CleanupTask *) data;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (is_connection_loss(rc) && !zh_closing)
+		t->in_flight = false;	/* re-sent after the reconnect */
+	else
+		unlink_task_locked(t);	/* done, gone, or the session is gone */
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+static void
+sweep_task_completion(int rc, const struct String_vector *strings,
+					  const void *data)
+{
+	CleanupTask *t = (CleanupTask *) data;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (is_connection_loss(rc) && !zh_closing)
+		t->in_flight = false;
+	else
+	{
+		if (rc == ZOK && !zh_closing)
+		{
+			size_t		plen = strlen(t->prefix);
+
+			for (int i = 0; i < strings->count; i++)
+			{
+				if (strncmp(strings->data[i], t->prefix, plen) == 0)
+				{
+					size_t		len = strlen(t->path) + strlen(strings->data[i]) + 2;
+					char	   *child = malloc(len);
+
+					if (child == NULL)
+						continue;
+					snprintf(child, len, "%s/%s", t->path, strings->data[i]);
+					add_task_locked(child, NULL);
+					free(child);
+				}
+			}
+		}
+		unlink_task_locked(t);
+	}
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+static void
+submit_task_locked(CleanupTask *t)
+{
+	int			rc;
+
+	if (zh == NULL || zh_closing || t->in_flight || zk_state != ZOO_CONNECTED_STATE)
+		return;
+	t->in_flight = true;
+	if (t->prefix != NULL)
+		rc = zoo_aget_children(zh, t->path, 0, sweep_task_completion, t);
+	else
+		rc = zoo_adelete(zh, t->path, -1, delete_task_completion, t);
+	if (rc != ZOK)
+		t->in_flight = false;	/* tried again at the next reconnect */
+}
+
+static void
+resubmit_tasks_locked(void)
+{
+	for (CleanupTask *t = tasks; t != NULL; t = t->next)
+		submit_task_locked(t);
+}
+
+/* The session watcher: connection state changes and watch notifications. */
+static void
+session_watcher(zhandle_t *h, int type, int state, const char *path,
+				void *ctx)
+{
+	pthread_mutex_lock(&zks_mutex);
+	if (type == ZOO_SESSION_EVENT)
+	{
+		zk_state = state;
+		state_counter++;
+		if (state == ZOO_CONNECTED_STATE)
+			resubmit_tasks_locked();
+		else if (state == ZOO_EXPIRED_SESSION_STATE ||
+				 state == ZOO_AUTH_FAILED_STATE)
+			drop_tasks_locked();
+	}
+	else
+		watch_counter++;
+	pthread_mutex_unlock(&zks_mutex);
+	wake_backend();
+}
+
+static void
+free_request(ZksRequest *req)
+{
+	free(req->path);
+	free(req->created);
+	if (req->children != NULL)
+	{
+		for (int i = 0; i < req->nchildren; i++)
+			free(req->children[i]);
+		free(req->children);
+	}
+	free(req);
+}
+
+/* Parent and last component of a path, for a sweep task. */
+static void
+sweep_for_create_locked(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char	   *parent;
+
+	if (slash == NULL || slash == path)
+		return;
+	parent = strndup(path, slash - path);
+	if (parent == NULL)
+		return;
+	add_task_locked(parent, slash + 1);
+	free(parent);
+}
+
+/*
+ * The reply to a request whose waiter gave up.  A contender node created
+ * for nobody must go at once, or it would block the lock until this
+ * backend exits.
+ */
+static void
+finish_abandoned_locked(ZksRequest *req, int rc, const char *created)
+{
+	if (req->kind == KIND_CREATE && req->ephemeral && !req->taken &&
+		!zh_closing)
+	{
+		if (rc == ZOK && created != NULL)
+			add_task_locked(created, NULL);
+		else if (is_connection_loss(rc))
+			sweep_for_create_locked(req->path);
+	}
+	free_request(req);
+}
+
+static void
+create_completion(int rc, const char *value, const struct Stat *stat,
+				  const void *data)
+{
+	ZksRequest *req = (ZksRequest *) data;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (req->state == REQ_ABANDONED)
+		finish_abandoned_locked(req, rc, value);
+	else
+	{
+		req->zrc = rc;
+		if (rc == ZOK)
+		{
+			req->created = value ? strdup(value) : NULL;
+			if (stat != NULL)
+			{
+				req->stat = *stat;
+				req->has_stat = true;
+			}
+			if (req->created == NULL)
+				req->zrc = ZSYSTEMERROR;	/* out of memory: treat as failed */
+		}
+		req->state = REQ_DONE;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	wake_backend();
+}
+
+static void
+children_completion(int rc, const struct String_vector *strings,
+					const void *data)
+{
+	ZksRequest *req = (ZksRequest *) data;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (req->state == REQ_ABANDONED)
+		free_request(req);
+	else
+	{
+		req->zrc = rc;
+		if (rc == ZOK && strings != NULL && strings->count > 0)
+		{
+			req->children = calloc(strings->count, sizeof(char *));
+			if (req->children == NULL)
+				req->zrc = ZSYSTEMERROR;
+			else
+			{
+				req->nchildren = strings->count;
+				for (int i = 0; i < strings->count; i++)
+				{
+					req->children[i] = strdup(strings->data[i]);
+					if (req->children[i] == NULL)
+						req->zrc = ZSYSTEMERROR;
+				}
+			}
+		}
+		req->state = REQ_DONE;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	wake_backend();
+}
+
+static void
+exists_completion(int rc, const struct Stat *stat, const void *data)
+{
+	ZksRequest *req = (ZksRequest *) data;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (req->state == REQ_ABANDONED)
+		free_request(req);
+	else
+	{
+		req->zrc = rc;
+		if (rc == ZOK && stat != NULL)
+		{
+			req->stat = *stat;
+			req->has_stat = true;
+		}
+		req->state = REQ_DONE;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	wake_backend();
+}
+
+/* ----------------------------------------------------------------
+ * Backend side.
+ * ----------------------------------------------------------------
+ */
+
+static ZksRc
+map_rc(int zrc)
+{
+	if (zrc == ZOK)
+		return ZKS_OK;
+	if (zrc == ZNONODE)
+		return ZKS_NONODE;
+	if (zrc == ZNODEEXISTS)
+		return ZKS_NODEEXISTS;
+	if (is_connection_loss(zrc) || zrc == ZSESSIONMOVED)
+		return ZKS_CONNECTION_LOSS;
+	if (zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE || zrc == ZCLOSING)
+		return ZKS_SESSION_EXPIRED;
+	if (zrc == ZNOAUTH || zrc == ZAUTHFAILED)
+		return ZKS_NOAUTH;
+	return ZKS_ERROR;
+}
+
+const char *
+zks_rc_text(ZksRc rc)
+{
+	switch (rc)
+	{
+		case ZKS_OK:
+			return "ok";
+		case ZKS_NONODE:
+			return "no such node";
+		case ZKS_NODEEXISTS:
+			return "node exists";
+		case ZKS_CONNECTION_LOSS:
+			return "connection to ZooKeeper lost";
+		case ZKS_SESSION_EXPIRED:
+			return "ZooKeeper session expired";
+		case ZKS_NOAUTH:
+			return "not authorized";
+		case ZKS_ERROR:
+			return "ZooKeeper error";
+		case ZKS_TIMEDOUT:
+			return "timed out";
+	}
+	return "unknown";
+}
+
+static int
+current_state(void)
+{
+	int			st;
+
+	pthread_mutex_lock(&zks_mutex);
+	st = zk_state;
+	pthread_mutex_unlock(&zks_mutex);
+	return st;
+}
+
+/*
+ * Close the handle.  Must not hold zks_mutex: zookeeper_close joins the
+ * completion thread, which may be waiting for it.  Pending completions are
+ * called with ZCLOSING, possibly on this thread; zh_closing tells them to
+ * free their requests and send nothing.
+ */
+static void
+close_handle(void)
+{
+	zhandle_t  *h;
+
+	pthread_mutex_lock(&zks_mutex);
+	h = zh;
+	zh_closing = true;
+	pthread_mutex_unlock(&zks_mutex);
+
+	if (h != NULL)
+		zookeeper_close(h);
+
+	pthread_mutex_lock(&zks_mutex);
+	zh = NULL;
+	zh_closing = false;
+	zk_state = 0;
+	state_counter++;
+	drop_tasks_locked();
+	pthread_mutex_unlock(&zks_mutex);
+
+	free(zh_hosts);
+	zh_hosts = NULL;
+	zh_had_session = false;
+}
+
+void
+zks_shutdown(int code, Datum arg)
+{
+	close_handle();
+}
+
+/*
+ * Create the handle.  libzookeeper starts its threads inside
+ * zookeeper_init; they inherit the signal mask of the creating thread, so
+ * block every signal around it, or PostgreSQL's handlers (which assume the
+ * main thread) could run on them.
+ */
+static void
+open_handle(void)
+{
+	sigset_t	all;
+	sigset_t	old;
+	zhandle_t  *h;
+	int			save_errno;
+
+	if (!shutdown_registered)
+	{
+		before_shmem_exit(zks_shutdown, (Datum) 0);
+		shutdown_registered = true;
+	}
+
+	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+
+	zh_hosts = strdup(zklock_hosts);
+	if (zh_hosts == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	zh_timeout = zklock_session_timeout;
+
+	pthread_mutex_lock(&zks_mutex);
+	zk_state = ZOO_CONNECTING_STATE;
+	state_counter++;
+	pthread_mutex_unlock(&zks_mutex);
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	h = zookeeper_init(zh_hosts, session_watcher, zh_timeout, NULL, NULL, 0);
+	save_errno = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+	if (h == NULL)
+	{
+		char	   *hosts = pstrdup(zh_hosts);
+
+		free(zh_hosts);
+		zh_hosts = NULL;
+		errno = save_errno;
+		ereport(ERROR,
+				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+				 errmsg("could not start a ZooKeeper session with \"%s\": %m",
+						hosts),
+				 errhint("Check the connect string in \"zklock.hosts\".")));
+	}
+
+	pthread_mutex_lock(&zks_mutex);
+	zh = h;
+	pthread_mutex_unlock(&zks_mutex);
+	zh_had_session = false;
+}
+
+static long
+ms_until(TimestampTz deadline)
+{
+	long		secs;
+	int			usecs;
+
+	TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
+	return secs * 1000 + usecs / 1000 + (usecs % 1000 ? 1 : 0);
+}
+
+/*
+ * Sleep on the latch until woken or until the deadline (0: at most a
+ * second, to re-check).  Interrupts are processed here.
+ */
+static void
+sleep_on_latch(TimestampTz deadline)
+{
+	long		timeout = 1000;
+
+	if (deadline != 0)
+		timeout = Min(timeout, Max(ms_until(deadline), 0));
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 timeout, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+static bool
+deadline_passed(TimestampTz deadline)
+{
+	return deadline != 0 && GetCurrentTimestamp() >= deadline;
+}
+
+static void
+session_expired_error(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("ZooKeeper session expired"),
+			 errdetail("Every zklock node of this session is gone."),
+			 errhint("The next zklock call opens a new session.")));
+}
+
+bool
+zks_reconnect_wait(TimestampTz deadline)
+{
+	for (;;)
+	{
+		int			st = current_state();
+
+		if (zh == NULL)
+			session_expired_error();
+		if (st == ZOO_CONNECTED_STATE)
+			return true;
+		if (st == ZOO_EXPIRED_SESSION_STATE)
+			session_expired_error();
+		if (st == ZOO_AUTH_FAILED_STATE)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
+					 errmsg("ZooKeeper authentication failed for \"%s\"",
+							zh_hosts)));
+		if (deadline_passed(deadline))
+			return false;
+		sleep_on_latch(deadline);
+	}
+}
+
+void
+zks_connect(bool may_reconnect)
+{
+	TimestampTz deadline;
+	int			st = current_state();
+
+	/* A session that can never come back is replaced. */
+	if (zh != NULL &&
+		(st == ZOO_EXPIRED_SESSION_STATE || st == ZOO_AUTH_FAILED_STATE))
+		close_handle();
+
+	/* New settings take effect when nothing depends on the old session. */
+	if (zh != NULL && may_reconnect &&
+		(strcmp(zh_hosts, zklock_hosts) != 0 ||
+		 zh_timeout != zklock_session_timeout))
+		close_handle();
+
+	if (zh == NULL)
+		open_handle();
+
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										   zklock_connect_timeout);
+	if (!zks_reconnect_wait(deadline))
+	{
+		char	   *hosts = pstrdup(zh_hosts);
+
+		/* never connected: do not leave threads retrying in the background */
+		if (!zh_had_session)
+			close_handle();
+		ereport(ERROR,
+				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+				 errmsg("could not connect to ZooKeeper ensemble \"%s\"", hosts),
+				 errdetail("No server answered within \"zklock.connect_timeout\" (%d ms).",
+						   zklock_connect_timeout)));
+	}
+	zh_had_session = true;
+
+	/* clean-ups that missed a reconnect are sent now */
+	pthread_mutex_lock(&zks_mutex);
+	resubmit_tasks_locked();
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+static ZksRequest *
+new_request(ReqKind kind, const char *path)
+{
+	ZksRequest *req = calloc(1, sizeof(ZksRequest));
+
+	if (req != NULL)
+		req->path = strdup(path);
+	if (req == NULL || req->path == NULL)
+	{
+		free(req);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	}
+	req->kind = kind;
+	req->state = REQ_PENDING;
+	return req;
+}
+
+/*
+ * A call that libzookeeper refused outright gets no completion: record the
+ * outcome as if it had been the reply.
+ */
+static void
+sent(ZksRequest *req, int zrc)
+{
+	if (zrc != ZOK)
+	{
+		pthread_mutex_lock(&zks_mutex);
+		req->zrc = zrc;
+		req->state = REQ_DONE;
+		pthread_mutex_unlock(&zks_mutex);
+	}
+}
+
+ZksRequest *
+zks_send_create(const char *path, const char *data, int datalen,
+				ZksCreateMode mode)
+{
+	ZksRequest *req = new_request(KIND_CREATE, path);
+	int			zmode;
+
+	req->ephemeral = (mode == ZKS_EPHEMERAL_SEQUENTIAL);
+	zmode = req->ephemeral ? ZOO_EPHEMERAL_SEQUENTIAL : ZOO_CONTAINER;
+	if (zh == NULL)
+	{
+		sent(req, ZINVALIDSTATE);
+		return req;
+	}
+	sent(req, zoo_acreate2(zh, path, data, datalen, &ZOO_OPEN_ACL_UNSAFE,
+						   zmode, create_completion, req));
+	return req;
+}
+
+ZksRequest *
+zks_send_children(const char *path)
+{
+	ZksRequest *req = new_request(KIND_CHILDREN, path);
+
+	if (zh == NULL)
+	{
+		sent(req, ZINVALIDSTATE);
+		return req;
+	}
+	sent(req, zoo_aget_children(zh, path, 0, children_completion, req));
+	return req;
+}
+
+ZksRequest *
+zks_send_exists(const char *path, bool watch)
+{
+	ZksRequest *req = new_request(KIND_EXISTS, path);
+
+	if (zh == NULL)
+	{
+		sent(req, ZINVALIDSTATE);
+		return req;
+	}
+	sent(req, zoo_aexists(zh, path, watch ? 1 : 0, exists_completion, req));
+	return req;
+}
+
+ZksRc
+zks_wait(ZksRequest *req, TimestampTz deadline)
+{
+	TimestampTz cap;
+
+	/*
+	 * libzookeeper answers every request, with a connection loss at worst,
+	 * but a wait must be bounded even if it did not: past the session
+	 * timeout plus the connect timeout, treat the reply as lost.
+	 */
+	cap = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+									  (int64) zh_timeout + zklock_connect_timeout);
+	if (deadline == 0 || deadline > cap)
+		deadline = cap;
+	else
+		cap = 0;
+
+	for (;;)
+	{
+		ReqState	st;
+		int			zrc;
+
+		pthread_mutex_lock(&zks_mutex);
+		st = req->state;
+		zrc = req->zrc;
+		pthread_mutex_unlock(&zks_mutex);
+
+		if (st == REQ_DONE)
+			return map_rc(zrc);
+		if (deadline_passed(deadline))
+			return cap != 0 ? ZKS_CONNECTION_LOSS : ZKS_TIMEDOUT;
+		sleep_on_latch(deadline);
+	}
+}
+
+char *
+zks_take_created_path(ZksRequest *req)
+{
+	Assert(req->state == REQ_DONE && req->zrc == ZOK);
+	req->taken = true;
+	return pstrdup(req->created);
+}
+
+void
+zks_get_stat(ZksRequest *req, ZksStat *stat)
+{
+	Assert(req->state == REQ_DONE && req->has_stat);
+	stat->czxid = req->stat.czxid;
+	stat->ephemeral_owner = req->stat.ephemeralOwner;
+}
+
+char **
+zks_get_children(ZksRequest *req, int *count)
+{
+	char	  **out;
+
+	Assert(req->state == REQ_DONE && req->zrc == ZOK);
+	out = palloc(sizeof(char *) * Max(req->nchildren, 1));
+	for (int i = 0; i < req->nchildren; i++)
+		out[i] = pstrdup(req->children[i]);
+	*count = req->nchildren;
+	return out;
+}
+
+void
+zks_claim(ZksRequest *req)
+{
+	pthread_mutex_lock(&zks_mutex);
+	req->taken = true;
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+void
+zks_done(ZksRequest *req)
+{
+	if (req == NULL)
+		return;
+	pthread_mutex_lock(&zks_mutex);
+	if (req->state == REQ_PENDING)
+		req->state = REQ_ABANDONED;
+	else
+	{
+		if (req->kind == KIND_CREATE)
+			finish_abandoned_locked(req, req->zrc, req->created);
+		else
+			free_request(req);
+	}
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+void
+zks_delete_async(const char *path)
+{
+	pthread_mutex_lock(&zks_mutex);
+	if (zh != NULL && !zh_closing)
+		add_task_locked(path, NULL);
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+void
+zks_sweep_async(const char *parent, const char *prefix)
+{
+	pthread_mutex_lock(&zks_mutex);
+	if (zh != NULL && !zh_closing)
+		add_task_locked(parent, prefix);
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+uint64
+zks_watch_counter(void)
+{
+	uint64		n;
+
+	pthread_mutex_lock(&zks_mutex);
+	n = watch_counter;
+	pthread_mutex_unlock(&zks_mutex);
+	return n;
+}
+
+bool
+zks_wait_event(uint64 seen, TimestampTz deadline)
+{
+	uint64		states_seen;
+
+	pthread_mutex_lock(&zks_mutex);
+	states_seen = state_counter;
+	pthread_mutex_unlock(&zks_mutex);
+
+	for (;;)
+	{
+		bool		woken;
+
+		pthread_mutex_lock(&zks_mutex);
+		woken = (watch_counter != seen || state_counter != states_seen);
+		pthread_mutex_unlock(&zks_mutex);
+		if (woken)
+			return true;
+		if (deadline_passed(deadline))
+			return false;
+		sleep_on_latch(deadline);
+	}
+}
+
+bool
+zks_is_connected(void)
+{
+	return zh != NULL && current_state() == ZOO_CONNECTED_STATE;
+}
+
+int64
+zks_session_id(void)
+{
+	const clientid_t *id;
+
+	if (zh == NULL)
+		return 0;
+	id = zoo_client_id(zh);
+	return id ? id->client_id : 0;
+}

@@ -1,0 +1,136 @@
+/*-------------------------------------------------------------------------
+ *
+ * session.h
+ *	  The backend's ZooKeeper session: asynchronous requests, interruptible
+ *	  waits, and the clean-up of nodes nobody waits for any more.
+ *
+ * session.c is the only file that includes zookeeper.h; everything the rest
+ * of the extension needs is expressed here in terms that do not mention
+ * libzookeeper.  Requests are sent with zks_send_*() and complete on the
+ * library's threads; the backend collects them with zks_wait(), which waits
+ * on its latch and honours interrupts.  A request the backend stops caring
+ * about (because an ERROR unwound past it) is handed back with zks_done()
+ * whatever its state: if it was a create that succeeds after all, the node
+ * is deleted, so no contender is ever left behind.
+ *
+ * src/session.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_SESSION_H
+#define ZKLOCK_SESSION_H
+
+#include "datatype/timestamp.h"
+
+/* Outcome of a request, independent of libzookeeper's error codes. */
+typedef enum ZksRc
+{
+	ZKS_OK = 0,
+	ZKS_NONODE,					/* the node (or the parent) does not exist */
+	ZKS_NODEEXISTS,
+	ZKS_CONNECTION_LOSS,		/* reply lost: the request may have executed */
+	ZKS_SESSION_EXPIRED,		/* the session is gone, and all its nodes */
+	ZKS_NOAUTH,
+	ZKS_ERROR,					/* anything else; see zks_rc_text */
+	ZKS_TIMEDOUT				/* our own deadline passed before the reply */
+} ZksRc;
+
+/* What kind of node zks_send_create makes. */
+typedef enum ZksCreateMode
+{
+	ZKS_EPHEMERAL_SEQUENTIAL,
+	ZKS_CONTAINER
+} ZksCreateMode;
+
+typedef struct ZksRequest ZksRequest;
+
+/* Stat fields the extension uses. */
+typedef struct ZksStat
+{
+	int64		czxid;
+	int64		ephemeral_owner;
+} ZksStat;
+
+/*
+ * Make sure a usable session exists, connecting lazily; waits at most
+ * zklock.connect_timeout and raises ERROR (08001) naming the hosts if no
+ * server answers.  If may_reconnect, a session whose settings
+ * (zklock.hosts, zklock.session_timeout) changed is replaced; the caller
+ * passes true only while it holds no lock.
+ */
+extern void zks_connect(bool may_reconnect);
+
+/*
+ * Wait until the session is connected again or the deadline passes
+ * (returns false then).  Raises ERROR if the session expired.
+ */
+extern bool zks_reconnect_wait(TimestampTz deadline);
+extern bool zks_is_connected(void);
+
+/* Requests; the returned object belongs to the caller until zks_done(). */
+extern ZksRequest *zks_send_create(const char *path, const char *data,
+								   int datalen, ZksCreateMode mode);
+extern ZksRequest *zks_send_children(const char *path);
+extern ZksRequest *zks_send_exists(const char *path, bool watch);
+
+/*
+ * Wait for a request's reply until deadline (0 = no deadline of our own:
+ * the library always answers, with a connection loss at worst).  Returns
+ * the outcome, ZKS_TIMEDOUT if the deadline passed first.  Interrupts are
+ * processed while waiting (an ERROR leaves the request pending: the caller
+ * must still zks_done() it).
+ */
+extern ZksRc zks_wait(ZksRequest *req, TimestampTz deadline);
+
+/* Results of a completed request (palloc'd copies in CurrentMemoryContext). */
+extern char *zks_take_created_path(ZksRequest *req);
+extern void zks_get_stat(ZksRequest *req, ZksStat *stat);
+extern char **zks_get_children(ZksRequest *req, int *count);
+
+/*
+ * The caller takes charge of whatever node a create made (or may have
+ * made): zks_done() will then neither delete nor sweep for it.
+ */
+extern void zks_claim(ZksRequest *req);
+
+/*
+ * Hand a request back.  If it is still in flight it is abandoned: its
+ * completion frees it, and a create that succeeds late has its node
+ * deleted.  A completed create whose path was never taken with
+ * zks_take_created_path() has its node deleted too.  Never raises ERROR.
+ */
+extern void zks_done(ZksRequest *req);
+
+/*
+ * Delete a node without waiting for the reply.  ZooKeeper runs a session's
+ * requests in order, so later requests see the node gone.  If the reply is
+ * lost the delete is sent again after a reconnect; once the session is gone
+ * there is nothing left to delete.  Never raises ERROR and never waits.
+ */
+extern void zks_delete_async(const char *path);
+
+/*
+ * Delete, the same way, every child of parent whose name starts with
+ * prefix: for a create whose reply was lost and whose node nobody claims.
+ */
+extern void zks_sweep_async(const char *parent, const char *prefix);
+
+/*
+ * Watch notifications: the counter increases on every watch event.  A
+ * waiter reads it before setting its watch, then zks_wait_event() sleeps
+ * until it moves, the connection state changes, or the deadline passes
+ * (returns false only in the last case).
+ */
+extern uint64 zks_watch_counter(void);
+extern bool zks_wait_event(uint64 seen, TimestampTz deadline);
+
+/* The current session's id (0 if none), for ownership checks. */
+extern int64 zks_session_id(void);
+
+/* Text of an outcome, for messages. */
+extern const char *zks_rc_text(ZksRc rc);
+
+/* before_shmem_exit: close the session, deleting every ephemeral node. */
+extern void zks_shutdown(int code, Datum arg);
+
+#endif							/* ZKLOCK_SESSION_H */

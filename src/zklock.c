@@ -1,0 +1,133 @@
+/*-------------------------------------------------------------------------
+ *
+ * zklock.c
+ *	  Module entry of zklock: ZooKeeper distributed locks taken from SQL.
+ *	  Defines the settings and hooks the lock table into transactions.
+ *
+ * Nothing here connects to ZooKeeper: _PG_init may run in the postmaster
+ * (shared_preload_libraries), whose children inherit its memory but not
+ * its threads, so the session is opened lazily by the first lock call of
+ * each backend (session.c).
+ *
+ * src/zklock.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/guc.h"
+
+#include "locktable.h"
+#include "zklock.h"
+
+PG_MODULE_MAGIC;
+
+char	   *zklock_hosts = NULL;
+char	   *zklock_root = NULL;
+int			zklock_session_timeout = 10000;
+int			zklock_connect_timeout = 5000;
+
+void		_PG_init(void);
+
+static bool
+check_hosts(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || (*newval)[0] == '\0')
+	{
+		GUC_check_errdetail("The connect string must name at least one server, as in \"host:port,host:port\".");
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The root must be an absolute ZooKeeper path that a lock parent can be
+ * created under: no empty, "." or ".." component (ZooKeeper rejects them),
+ * no trailing slash, and not ZooKeeper's own "/zookeeper" tree.
+ */
+static bool
+check_root(char **newval, void **extra, GucSource source)
+{
+	const char *p = *newval;
+
+	if (p == NULL || p[0] != '/' || p[1] == '\0')
+	{
+		GUC_check_errdetail("\"zklock.root\" must be an absolute ZooKeeper path other than \"/\", such as \"/zklock\".");
+		return false;
+	}
+	while (*p == '/')
+	{
+		const char *start = ++p;
+		size_t		len;
+
+		while (*p != '\0' && *p != '/')
+		{
+			unsigned char c = (unsigned char) *p;
+
+			if (c < 0x20 || c == 0x7F)
+			{
+				GUC_check_errdetail("\"zklock.root\" must not contain control characters.");
+				return false;
+			}
+			p++;
+		}
+		len = p - start;
+		if (len == 0 || (len == 1 && start[0] == '.') ||
+			(len == 2 && start[0] == '.' && start[1] == '.'))
+		{
+			GUC_check_errdetail("\"zklock.root\" must not have empty, \".\" or \"..\" components, nor a trailing slash.");
+			return false;
+		}
+		if (start == *newval + 1 && len == 9 && strncmp(start, "zookeeper", 9) == 0)
+		{
+			GUC_check_errdetail("\"/zookeeper\" is reserved by ZooKeeper.");
+			return false;
+		}
+	}
+	return true;
+}
+
+void
+_PG_init(void)
+{
+	DefineCustomStringVariable("zklock.hosts",
+							   "ZooKeeper connect string of the ensemble that holds the locks.",
+							   "Comma-separated host:port list. Takes effect at the next lock call made while this backend holds no zklock lock.",
+							   &zklock_hosts,
+							   "127.0.0.1:2181",
+							   PGC_SUSET,
+							   0,
+							   check_hosts, NULL, NULL);
+
+	DefineCustomStringVariable("zklock.root",
+							   "ZooKeeper path under which every lock parent is created.",
+							   NULL,
+							   &zklock_root,
+							   "/zklock",
+							   PGC_SUSET,
+							   0,
+							   check_root, NULL, NULL);
+
+	DefineCustomIntVariable("zklock.session_timeout",
+							"ZooKeeper session timeout requested for this backend's session.",
+							"A frozen or partitioned backend loses its locks after this long. The server may negotiate another value within its own limits.",
+							&zklock_session_timeout,
+							10000, 1000, 3600000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("zklock.connect_timeout",
+							"How long a zklock call waits for a ZooKeeper session before failing.",
+							NULL,
+							&zklock_connect_timeout,
+							5000, 100, 3600000,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("zklock");
+
+	zkl_init();
+}

@@ -1,0 +1,19 @@
+/*-------------------------------------------------------------------------
+ *
+ * zklock.h
+ *	  Settings shared by the parts of the zklock extension.
+ *
+ * src/zklock.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_H
+#define ZKLOCK_H
+
+/* GUC variables, defined in zklock.c */
+extern char *zklock_hosts;
+extern char *zklock_root;
+extern int	zklock_session_timeout;	/* ms */
+extern int	zklock_connect_timeout;	/* ms */
+
+#endif							/* ZKLOCK_H */

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages zklock's build and tests need, but only
+# those that are missing.  `apt-get update` runs at most once, and only
+# when something has to be installed.  Runs as root, or through sudo.
+set -euo pipefail
+
+PACKAGES=(
+    postgresql-15 postgresql-server-dev-15 postgresql-server-dev-all
+    libzookeeper-mt-dev zookeeper libcurator-recipes-java
+    libipc-run-perl python3-kazoo python3-psycopg2
+    gnuplot-nox clang valgrind debhelper make gcc
+)
+
+installed() {
+    dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed$'
+}
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    installed "$p" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+    exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+else
+    echo "install-deps: missing ${missing[*]}; run as root or install sudo" >&2
+    exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,565 @@
+#!/usr/bin/python3
+"""
+zklock test runner (run by test/run.sh, i.e. `make test`).
+
+Starts one standalone ZooKeeper and one PostgreSQL cluster on 127.0.0.1,
+with the extension's GUCs pointing at that ZooKeeper, then runs every
+suite and stops everything it started:
+
+  unit      test/unit/test_recipe, a TAP program (pure recipe logic)
+  regress   pg_regress on the tests `make -s regress-list` names
+  python    every test/test_*.py: each function test_*(ctx) is one test
+
+Every individual test counts once.  A suite that cannot run or crashes
+counts as failed, never as zero tests.  The very last line printed is
+exactly "N passed, N failed"; the exit status is 1 if anything failed.
+
+Usage: /usr/bin/python3 test/run_tests.py [--suites unit,regress,python]
+       [-k SUBSTRING] [--keep] [--failed-step NAME ...]
+
+A python test module is plain functions:
+
+    def test_something(ctx):          # ctx: TestContext, see below
+        a = ctx.backend('a')          # a Backend (closed after the test)
+        ...
+        assert ...
+
+Tests run in definition order, each in its own thread with a time bound
+(module attribute TIMEOUT, default 120 s); an exception, a failed
+assertion or the time bound makes the test fail.  Backends a test opened
+are closed (terminated if stuck) after it, whatever happened.
+"""
+
+import argparse
+import glob
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+sys.dont_write_bytecode = True          # no __pycache__ in the work tree
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, 'lib'))
+
+import harness                          # noqa: E402
+
+# Test-friendly extension settings.  ZooKeeper runs with tickTime 500 ms,
+# so it grants session timeouts from 1 s to 60 s.
+ZK_ROOT = '/zklock'
+SESSION_TIMEOUT_S = 6
+CONNECT_TIMEOUT_S = 3
+REGRESS_DB = 'zklock_regress'
+TEST_DB = 'zklock_test'
+DEFAULT_TEST_TIMEOUT = 120
+UNIT_TIMEOUT = 120
+REGRESS_TIMEOUT = 600
+UNIT_EXE = os.path.join(HERE, 'unit', 'test_recipe')
+
+
+# ---------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------
+
+class Results:
+    """Per-suite pass/fail counts and the names of failed tests."""
+
+    def __init__(self):
+        self.suites = {}                 # suite -> {'passed', 'failed'}
+        self.failures = []               # 'suite: test'
+
+    def _suite(self, suite):
+        return self.suites.setdefault(suite, {'passed': 0, 'failed': 0})
+
+    def ok(self, suite, test):
+        self._suite(suite)['passed'] += 1
+
+    def fail(self, suite, test, detail=None):
+        self._suite(suite)['failed'] += 1
+        self.failures.append('%s: %s' % (suite, test))
+        out('  FAIL  %s: %s' % (suite, test))
+        if detail:
+            out(indent(detail.rstrip('\n')))
+
+    @property
+    def passed(self):
+        return sum(s['passed'] for s in self.suites.values())
+
+    @property
+    def failed(self):
+        return sum(s['failed'] for s in self.suites.values())
+
+
+def out(text=''):
+    print(text, flush=True)
+
+
+def indent(text, prefix='        '):
+    return '\n'.join(prefix + line for line in text.splitlines())
+
+
+def head(text, lines):
+    parts = text.splitlines()
+    more = len(parts) - lines
+    return '\n'.join(parts[:lines]) + ('\n... (%d more lines)' % more
+                                       if more > 0 else '')
+
+
+def clean_make_env():
+    """Environment for a nested make without the outer make's flags."""
+    env = dict(os.environ)
+    for k in ('MAKEFLAGS', 'MAKELEVEL', 'MFLAGS', 'MAKEOVERRIDES'):
+        env.pop(k, None)
+    return env
+
+
+# ---------------------------------------------------------------------------
+# suite: unit (TAP)
+# ---------------------------------------------------------------------------
+
+TAP_PLAN = re.compile(r'^1\.\.(\d+)')
+TAP_RESULT = re.compile(r'^(not )?ok\b\s*(\d*)\s*-?\s*(.*)$')
+
+
+def parse_tap(text, results, suite):
+    """Count TAP results.  `not ok` fails unless marked TODO; a missing or
+    short plan, extra results or `Bail out!` are failures too."""
+    plan = None
+    seen = 0
+    failed_any = False
+    for line in text.splitlines():
+        m = TAP_PLAN.match(line)
+        if m and plan is None:
+            plan = int(m.group(1))
+            continue
+        if line.startswith('Bail out!'):
+            results.fail(suite, line)
+            failed_any = True
+            continue
+        m = TAP_RESULT.match(line)
+        if not m:
+            continue
+        seen += 1
+        desc = m.group(3) or ('test %s' % (m.group(2) or seen))
+        todo = re.search(r'#\s*TODO\b', desc, re.I)
+        if m.group(1) and not todo:
+            results.fail(suite, desc)
+            failed_any = True
+        else:
+            results.ok(suite, desc)
+    if plan is None:
+        results.fail(suite, 'no TAP plan (1..N) in the output')
+        failed_any = True
+    elif seen < plan:
+        for i in range(seen + 1, plan + 1):
+            results.fail(suite, 'test %d of %d never reported' % (i, plan))
+        failed_any = True
+    elif seen > plan:
+        results.fail(suite, '%d results for a plan of %d' % (seen, plan))
+        failed_any = True
+    return failed_any
+
+
+def run_unit(results, build_failed):
+    suite = 'unit'
+    out('== unit: %s' % os.path.relpath(UNIT_EXE, ROOT))
+    if build_failed:
+        # already counted as the failed build step "unit"
+        out('  not run: make -C test/unit failed (see above)')
+        return
+    if not os.access(UNIT_EXE, os.X_OK):
+        results.fail(suite, '%s was not built' % UNIT_EXE)
+        return
+    try:
+        r = subprocess.run([UNIT_EXE], cwd=os.path.dirname(UNIT_EXE),
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, errors='replace', timeout=UNIT_TIMEOUT)
+        text, status = r.stdout, r.returncode
+    except subprocess.TimeoutExpired as e:
+        text = (e.stdout or b'').decode('utf-8', 'replace') \
+            if isinstance(e.stdout, bytes) else (e.stdout or '')
+        status = 'timeout'
+    failed_any = parse_tap(text, results, suite)
+    if status == 'timeout':
+        results.fail(suite, 'test_recipe did not finish within %d s'
+                     % UNIT_TIMEOUT)
+        failed_any = True
+    elif status != 0 and not failed_any:
+        # e.g. a crash after the last "ok": never let it pass silently
+        results.fail(suite, 'test_recipe exited with status %s' % status)
+        failed_any = True
+    if failed_any:
+        out(indent(head(text + (r.stderr if status != 'timeout' else ''),
+                        200)))
+
+
+# ---------------------------------------------------------------------------
+# suite: pg_regress
+# ---------------------------------------------------------------------------
+
+REGRESS_LINE = re.compile(
+    r'^\s*(?:test\s+)?([A-Za-z0-9_.-]+)\s+\.\.\.\s+(ok|FAILED|failed \(ignored\))')
+REGRESS_TAP = re.compile(r'^(not )?ok\s+\d+\s+[-+]\s+([A-Za-z0-9_.-]+)')
+
+
+def regress_list():
+    r = subprocess.run(['make', '-s', '--no-print-directory', 'regress-list',
+                        'PG_CONFIG=' + harness.PG_CONFIG],
+                       cwd=ROOT, env=clean_make_env(), capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise RuntimeError('make -s regress-list failed: %s' % r.stderr)
+    names = [w for w in r.stdout.split()
+             if re.fullmatch(r'[A-Za-z0-9_.-]+', w)]
+    if not names:
+        raise RuntimeError('make -s regress-list named no test')
+    return names
+
+
+def create_regress_db(pg):
+    """What pg_regress does itself without --use-existing."""
+    pg.psql('DROP DATABASE IF EXISTS %s' % REGRESS_DB)
+    pg.psql('CREATE DATABASE %s TEMPLATE template0' % REGRESS_DB)
+    for setting in ("lc_messages TO 'C'", "lc_monetary TO 'C'",
+                    "lc_numeric TO 'C'", "lc_time TO 'C'",
+                    "bytea_output TO 'hex'",
+                    "timezone_abbreviations TO 'Default'"):
+        pg.psql('ALTER DATABASE %s SET %s' % (REGRESS_DB, setting))
+
+
+def run_regress(results, pg, workdir):
+    suite = 'regress'
+    out('== regress: pg_regress')
+    try:
+        names = regress_list()
+        create_regress_db(pg)
+    except Exception as e:
+        results.fail(suite, 'could not prepare pg_regress: %s' % e)
+        return
+    outdir = os.path.join(workdir, 'regress')
+    os.makedirs(outdir, exist_ok=True)
+    cmd = [harness.PG_REGRESS, '--use-existing', '--host=127.0.0.1',
+           '--port=%d' % pg.port, '--user=postgres',
+           '--dbname=%s' % REGRESS_DB, '--inputdir=%s' % ROOT,
+           '--outputdir=%s' % outdir, '--bindir=%s' % harness.PG_BIN] + names
+    try:
+        r = subprocess.run(cmd, cwd=outdir, capture_output=True, text=True,
+                           errors='replace', timeout=REGRESS_TIMEOUT,
+                           stdin=subprocess.DEVNULL)
+        text, status = r.stdout + r.stderr, r.returncode
+    except subprocess.TimeoutExpired:
+        text, status = '', 'timeout'
+    status_of = {}
+    for line in text.splitlines():
+        m = REGRESS_LINE.match(line)
+        if m:
+            status_of[m.group(1)] = (m.group(2) != 'FAILED')
+            continue
+        m = REGRESS_TAP.match(line)
+        if m:
+            status_of[m.group(2)] = not m.group(1)
+    failed_any = False
+    for name in names:
+        if name not in status_of:
+            results.fail(suite, '%s: no result (pg_regress status %s)'
+                         % (name, status))
+            failed_any = True
+        elif status_of[name]:
+            results.ok(suite, name)
+        else:
+            results.fail(suite, name)
+            failed_any = True
+    if status != 0 and not failed_any:
+        results.fail(suite, 'pg_regress exited with status %s' % status)
+        failed_any = True
+    if failed_any:
+        out(indent(head(text, 60)))
+        diffs = os.path.join(outdir, 'regression.diffs')
+        if os.path.exists(diffs):
+            out('   --- %s (head):' % diffs)
+            with open(diffs, errors='replace') as f:
+                out(indent(head(f.read(), 200)))
+
+
+# ---------------------------------------------------------------------------
+# suite: python tests
+# ---------------------------------------------------------------------------
+
+class SuiteContext:
+    """What every python test shares: the servers and a kazoo client."""
+
+    def __init__(self, zk, pg, kz):
+        self.zk = zk
+        self.pg = pg
+        self.kz = kz
+        self.zi = harness.ZkInspector(kz, ZK_ROOT)
+        self.root = ZK_ROOT
+        self.dbname = TEST_DB
+        self.session_timeout = SESSION_TIMEOUT_S
+        self.connect_timeout = CONNECT_TIMEOUT_S
+
+
+class TestContext:
+    """The `ctx` a test function receives.
+
+    Attributes: pg (PgCluster), zk (ZooKeeper), kz (kazoo client),
+    zi (ZkInspector on the root), root, dbname (has the extension),
+    session_timeout and connect_timeout (seconds, as configured),
+    name (the test's name).
+    """
+
+    def __init__(self, suite_ctx, name):
+        self.__dict__.update(vars(suite_ctx))
+        self.name = name
+        self._backends = []
+        self._admin = None
+        self._lock = threading.Lock()
+        self.log_offset = self.pg.log_size()
+
+    def backend(self, name=None, dbname=None, **kw):
+        """A new Backend on the test database, closed after the test."""
+        b = harness.Backend(self.pg, name or 'zkt-%s' % self.name,
+                            dbname=dbname or self.dbname, **kw)
+        with self._lock:
+            self._backends.append(b)
+        return b
+
+    @property
+    def admin(self):
+        """A Backend for looking on (pg_stat_activity, pg_cancel_backend)."""
+        if self._admin is None:
+            self._admin = self.backend('zkt-admin')
+        return self._admin
+
+    def wait_state(self, backend, timeout=10):
+        """Wait until `backend` waits in the extension (pg_stat_activity
+        shows wait_event_type 'Extension')."""
+        sql = ('SELECT wait_event_type FROM pg_stat_activity '
+               'WHERE pid = %s')
+        last = [None]
+
+        def waiting():
+            last[0] = self.admin.scalar(sql, [backend.pid])
+            return last[0] == 'Extension'
+        try:
+            harness.wait_until(waiting, timeout,
+                               '%r to wait in the extension' % backend,
+                               interval=0.05)
+        except TimeoutError as e:
+            raise AssertionError('%s (wait_event_type is %r)'
+                                 % (e, last[0])) from None
+
+    def log(self, msg):
+        out('        [%s] %s' % (self.name, msg))
+
+    def close(self):
+        """Close every backend the test opened; bounded, never raises."""
+        with self._lock:
+            backends, self._backends = self._backends, []
+        for b in backends:
+            b.close(timeout=5)
+
+
+def discover(pattern):
+    """[(module name, module or exception, [(test name, function)])]"""
+    found = []
+    for path in sorted(glob.glob(os.path.join(HERE, 'test_*.py'))):
+        modname = os.path.splitext(os.path.basename(path))[0]
+        try:
+            spec = importlib.util.spec_from_file_location(
+                'zklock_tests.' + modname, path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        except Exception:
+            found.append((modname, traceback.format_exc(), []))
+            continue
+        tests = [(n, f) for n, f in vars(mod).items()
+                 if n.startswith('test_') and callable(f)
+                 and (not pattern or pattern in '%s.%s' % (modname, n))]
+        found.append((modname, mod, tests))
+    return found
+
+
+def run_one(fn, ctx, timeout):
+    """Run one test in a daemon thread with a time bound.  Returns None on
+    success, or the failure text."""
+    box = {}
+
+    def target():
+        try:
+            fn(ctx)
+        except BaseException:
+            box['error'] = traceback.format_exc()
+
+    t = threading.Thread(target=target, daemon=True, name=ctx.name)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        # End its backends: that unblocks a statement it waits on.
+        ctx.close()
+        t.join(15)
+        return ('timed out after %d s%s' % (
+            timeout, '' if not t.is_alive()
+            else ' (its thread is still stuck and was abandoned)'))
+    return box.get('error')
+
+
+def run_python(results, zk, pg, pattern):
+    out('== python: test/test_*.py')
+    modules = discover(pattern)
+    if not modules:
+        results.fail('python', 'no test/test_*.py module found')
+        return
+    try:
+        pg.psql('DROP DATABASE IF EXISTS %s' % TEST_DB)
+        pg.psql('CREATE DATABASE %s' % TEST_DB)
+        pg.psql('CREATE EXTENSION zklock', dbname=TEST_DB)
+        kz = harness.connect_kazoo(zk.connect_string)
+    except Exception as e:
+        setup_error = 'setup failed: %s' % e
+        for modname, mod, tests in modules:
+            for name, _ in (tests or [('(import)', None)]):
+                results.fail(modname, '%s: %s' % (name, setup_error))
+        return
+    try:
+        suite_ctx = SuiteContext(zk, pg, kz)
+        for modname, mod, tests in modules:
+            if isinstance(mod, str):          # import failed
+                results.fail(modname, 'import failed', mod)
+                continue
+            if not tests:
+                if not pattern:
+                    results.fail(modname, 'defines no test_* function')
+                continue
+            timeout = getattr(mod, 'TIMEOUT', DEFAULT_TEST_TIMEOUT)
+            for name, fn in tests:
+                ctx = TestContext(suite_ctx, name)
+                t0 = time.monotonic()
+                try:
+                    error = run_one(fn, ctx, timeout)
+                finally:
+                    ctx.close()
+                elapsed = time.monotonic() - t0
+                if error is None:
+                    results.ok(modname, name)
+                    out('  ok    %s.%s (%.1f s)' % (modname, name, elapsed))
+                else:
+                    log_excerpt = pg.log_since(ctx.log_offset)
+                    detail = error
+                    if log_excerpt.strip():
+                        detail += ('\nserver log during the test (tail):\n'
+                                   + '\n'.join(
+                                       log_excerpt.splitlines()[-30:]))
+                    results.fail(modname, '%s (%.1f s)' % (name, elapsed),
+                                 detail)
+    finally:
+        try:
+            kz.stop()
+            kz.close()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('--suites', default='unit,regress,python',
+                    help='comma-separated subset of unit,regress,python')
+    ap.add_argument('-k', dest='pattern', default=None,
+                    help='only python tests whose module.name contains this')
+    ap.add_argument('--keep', action='store_true',
+                    help='keep the work directory (logs, data) afterwards')
+    ap.add_argument('--failed-step', action='append', default=[],
+                    help='a build step that failed before (counts as one '
+                         'failure; build/install failures skip the server '
+                         'suites)')
+    args = ap.parse_args()
+    suites = [s.strip() for s in args.suites.split(',') if s.strip()]
+    harness.install_signal_handlers()
+
+    results = Results()
+    workdir = harness.make_workdir('zklock-test-')
+    status = None
+    zk = pg = None
+    try:
+        for step in args.failed_step:
+            results.fail('build', step)
+        build_broken = any(s in ('build', 'install')
+                           for s in args.failed_step)
+
+        if 'unit' in suites:
+            run_unit(results, 'unit' in args.failed_step)
+
+        server_suites = [s for s in suites if s in ('regress', 'python')]
+        if server_suites and build_broken:
+            out('== skipping %s: the extension did not build or install'
+                % ', '.join(server_suites))
+        elif server_suites:
+            try:
+                zk = harness.ZooKeeper(n=1, base_dir=workdir).start()
+                pg = harness.PgCluster('main', {
+                    'zklock.hosts': zk.connect_string,
+                    'zklock.root': ZK_ROOT,
+                    'zklock.session_timeout': '%ds' % SESSION_TIMEOUT_S,
+                    'zklock.connect_timeout': '%ds' % CONNECT_TIMEOUT_S,
+                }, base_dir=workdir).start()
+            except Exception as e:
+                for s in server_suites:
+                    results.fail(s, 'could not start ZooKeeper/PostgreSQL',
+                                 str(e))
+                server_suites = []
+            if 'regress' in server_suites:
+                try:
+                    run_regress(results, pg, workdir)
+                except Exception:
+                    results.fail('regress', 'suite crashed',
+                                 traceback.format_exc())
+            if 'python' in server_suites:
+                try:
+                    run_python(results, zk, pg, args.pattern)
+                except Exception:
+                    results.fail('python', 'suite crashed',
+                                 traceback.format_exc())
+    except KeyboardInterrupt:
+        results.fail('runner', 'interrupted')
+        status = 130
+    except SystemExit as e:
+        results.fail('runner', 'terminated by a signal')
+        status = e.code if isinstance(e.code, int) else 1
+    finally:
+        harness.stop_all()              # PostgreSQL, then ZooKeeper
+        sys.stderr.flush()
+
+    out()
+    out('== summary')
+    for suite, c in results.suites.items():
+        out('  %-20s %d passed, %d failed' % (suite, c['passed'], c['failed']))
+    for f in results.failures:
+        out('  failed: %s' % f)
+    if results.failed or args.keep:
+        out('  logs and data kept in %s' % workdir)
+        if pg is not None:
+            out('  PostgreSQL log: %s' % pg.log_path)
+        if zk is not None:
+            out('  ZooKeeper log: %s' % zk.log_path(1))
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if results.passed + results.failed == 0:
+        results.fail('runner', 'no test ran at all')
+    out('%d passed, %d failed' % (results.passed, results.failed))
+    if status is None:
+        status = 1 if results.failed else 0
+    return status
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,1152 @@
+/*-------------------------------------------------------------------------
+ *
+ * test_recipe.c
+ *	  Unit tests of the pure recipe logic (src/recipe.c), run without any
+ *	  PostgreSQL or ZooKeeper server.
+ *
+ * Covers how child names are recognised (every recipe zklock interoperates
+ * with, including the negative sequence numbers ZooKeeper produces once a
+ * parent's counter wraps past 2^31), the RFC 1982 ordering of sequence
+ * numbers, sorting, the "who holds / whom to watch" decision for exclusive
+ * and shared waiters, the resource-name encoding, and node-name prefixes.
+ *
+ * Output is TAP: one "ok K - ..." or "not ok K - ..." line per assertion,
+ * the "1..N" plan at the end, and exit status 1 if anything failed.
+ *
+ * test/unit/test_recipe.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipe.h"
+
+static int	n_tests = 0;
+static int	n_failed = 0;
+
+/* Report one assertion; returns cond so callers can add diagnostics. */
+static bool
+ok(bool cond, const char *fmt,...)
+{
+	va_list		ap;
+
+	n_tests++;
+	if (!cond)
+		n_failed++;
+	printf("%sok %d - ", cond ? "" : "not ", n_tests);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	return cond;
+}
+
+/* A TAP diagnostic line. */
+static void
+diag(const char *fmt,...)
+{
+	va_list		ap;
+
+	printf("# ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+}
+
+static int
+sign(int v)
+{
+	return (v > 0) - (v < 0);
+}
+
+/* A fixed-seed generator, so that every run tests the same inputs. */
+static uint32_t rng_state = 0x2545F491u;
+
+static uint32_t
+rng(void)
+{
+	/* xorshift32 */
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 17;
+	rng_state ^= rng_state << 5;
+	return rng_state;
+}
+
+#define UUID1 "0f8fad5b-d9cb-469f-a165-70867728950e"
+#define UUID2 "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+#define HEX32 "4f1e7a2b9c3d4e5f6a7b8c9d0e1f2a3b"
+
+/* ----------------------------------------------------------------
+ * zkr_parse_child
+ * ----------------------------------------------------------------
+ */
+
+/* Expect name to be a contender of the given mode, seq and prefix_len. */
+static void
+expect_contender(const char *name, ZkrMode mode, uint32_t seq,
+				 size_t prefix_len)
+{
+	ZkrContender c;
+	bool		r;
+
+	memset(&c, 0x7F, sizeof(c));
+	r = zkr_parse_child(name, &c);
+	if (!ok(r, "parse \"%s\": recognised as a contender", name))
+		return;
+	ok(c.mode == mode, "parse \"%s\": mode %s", name, zkr_mode_name(mode));
+	if (!ok(c.seq == seq, "parse \"%s\": seq 0x%08X", name, (unsigned) seq))
+		diag("got seq 0x%08X", (unsigned) c.seq);
+	if (!ok(c.prefix_len == prefix_len, "parse \"%s\": prefix_len %zu",
+			name, prefix_len))
+		diag("got prefix_len %zu", c.prefix_len);
+	ok(c.name == name, "parse \"%s\": name points to the caller's string",
+	   name);
+}
+
+/* Expect name not to be recognised. */
+static void
+expect_not_contender(const char *name, const char *why)
+{
+	ZkrContender c;
+	bool		r;
+
+	memset(&c, 0x7F, sizeof(c));
+	r = zkr_parse_child(name, &c);
+	ok(!r && c.mode == ZKR_MODE_NONE,
+	   "parse \"%s\": not a contender (%s), mode none", name, why);
+}
+
+static void
+test_parse_child(void)
+{
+	/* Curator InterProcessReadWriteLock, protected: what zklock creates */
+	expect_contender("_c_" UUID1 "-__WRIT__0000000042",
+					 ZKR_MODE_EXCLUSIVE, 42, 40);
+	expect_contender("_c_" UUID1 "-__READ__0000000043",
+					 ZKR_MODE_SHARED, 43, 40);
+	/* Curator InterProcessMutex, protected and plain */
+	expect_contender("_c_" UUID2 "-lock-0000000001",
+					 ZKR_MODE_EXCLUSIVE, 1, 40);
+	expect_contender("lock-0000000001", ZKR_MODE_EXCLUSIVE, 1, 0);
+	/* kazoo Lock and ReadLock */
+	expect_contender(HEX32 "__lock__0000000007", ZKR_MODE_EXCLUSIVE, 7, 32);
+	expect_contender(HEX32 "__rlock__0000000008", ZKR_MODE_SHARED, 8, 32);
+	/* bare markers, no prefix */
+	expect_contender("__WRIT__0000000000", ZKR_MODE_EXCLUSIVE, 0, 0);
+	expect_contender("__READ__2147483647", ZKR_MODE_SHARED, 0x7FFFFFFFu, 0);
+	expect_contender("__rlock__0000000010", ZKR_MODE_SHARED, 10, 0);
+	/* the last marker is the one that counts */
+	expect_contender("__READ__lock-0000000005", ZKR_MODE_EXCLUSIVE, 5, 8);
+	expect_contender("lock-__READ__0000000005", ZKR_MODE_SHARED, 5, 5);
+
+	/* wrapped counters: "%010d" of a negative int */
+	expect_contender("__WRIT__-2147483648", ZKR_MODE_EXCLUSIVE,
+					 0x80000000u, 0);
+	expect_contender("lock--2147483647", ZKR_MODE_EXCLUSIVE, 0x80000001u, 0);
+	expect_contender("__READ__-000000001", ZKR_MODE_SHARED, 0xFFFFFFFFu, 0);
+	expect_contender("_c_" UUID1 "-__READ__-000000002",
+					 ZKR_MODE_SHARED, 0xFFFFFFFEu, 40);
+	expect_contender(HEX32 "__rlock__-1000000000", ZKR_MODE_SHARED,
+					 (uint32_t) -1000000000, 32);
+
+	/* not contenders */
+	expect_not_contender("foo", "no marker");
+	expect_not_contender("", "empty string");
+	expect_not_contender("lock-123", "3 digits");
+	expect_not_contender("lock-000000001", "9 digits without sign");
+	expect_not_contender("__WRIT__00000000x1", "non-digit in sequence");
+	expect_not_contender("__WRIT__00000000001", "11 digits without sign");
+	expect_not_contender("__READ__-00000000001", "sign and 11 digits");
+	expect_not_contender("__READ__-00000001", "sign and 8 digits");
+	expect_not_contender("__READ__--000000001", "two signs");
+	expect_not_contender("__READ__+000000001", "plus sign");
+	expect_not_contender("__WRIT__", "marker with no digits");
+	expect_not_contender("lock-", "lock- with no digits");
+	expect_not_contender("__READ__-", "marker and sign, no digits");
+	expect_not_contender("leader-0000000001", "unknown marker");
+	expect_not_contender("_c_" UUID1 "-__WRITE__0000000001",
+						 "misspelt marker");
+	expect_not_contender("__write__0000000001", "lower-case WRIT");
+	expect_not_contender("__WRIT__0000000001x", "trailing byte");
+	expect_not_contender("__WRIT__0000000001-lease", "marker in the middle");
+	expect_not_contender("a__READ__b0000000001", "marker in the middle");
+	expect_not_contender("0000000001", "digits only");
+	expect_not_contender(" lock-0000000001 ", "trailing space");
+}
+
+/* ----------------------------------------------------------------
+ * zkr_seq_cmp
+ * ----------------------------------------------------------------
+ */
+
+static void
+test_seq_cmp(void)
+{
+	int			i;
+	bool		antisym = true;
+	bool		refl = true;
+	bool		window = true;
+
+	ok(zkr_seq_cmp(1, 2) < 0, "seq_cmp: 1 precedes 2");
+	ok(zkr_seq_cmp(2, 1) > 0, "seq_cmp: 2 follows 1");
+	ok(zkr_seq_cmp(42, 42) == 0, "seq_cmp: 42 equals 42");
+	ok(zkr_seq_cmp(0, 0) == 0, "seq_cmp: 0 equals 0");
+	ok(zkr_seq_cmp(0xFFFFFFFFu, 0xFFFFFFFFu) == 0,
+	   "seq_cmp: 0xFFFFFFFF equals itself");
+	ok(zkr_seq_cmp(0, 0x7FFFFFFFu) < 0,
+	   "seq_cmp: 0 precedes 0x7FFFFFFF (2^31 - 1 apart)");
+	ok(zkr_seq_cmp(0x7FFFFFFFu, 0x80000000u) < 0,
+	   "seq_cmp: 0x7FFFFFFF precedes 0x80000000");
+	ok(zkr_seq_cmp(0x80000000u, 0x7FFFFFFFu) > 0,
+	   "seq_cmp: 0x80000000 follows 0x7FFFFFFF");
+	ok(zkr_seq_cmp(2147483647u, (uint32_t) INT32_MIN) < 0,
+	   "seq_cmp: 2147483647 precedes (uint32) -2147483648");
+	ok(zkr_seq_cmp(0xFFFFFFFFu, 0) < 0, "seq_cmp: 0xFFFFFFFF precedes 0");
+	ok(zkr_seq_cmp(0xFFFFFFFFu, 1) < 0, "seq_cmp: 0xFFFFFFFF precedes 1");
+	ok(zkr_seq_cmp(0, 0xFFFFFFFFu) > 0, "seq_cmp: 0 follows 0xFFFFFFFF");
+	ok(zkr_seq_cmp(0x80000002u, 1) < 0,
+	   "seq_cmp: 0x80000002 precedes 1 (2^31 - 1 apart, wrapped)");
+	ok(zkr_seq_cmp(1, 0x80000002u) > 0,
+	   "seq_cmp: 1 follows 0x80000002 (2^31 + 1 apart)");
+
+	/* exactly 2^31 apart: ordered by raw value, antisymmetric */
+	ok(zkr_seq_cmp(0, 0x80000000u) < 0,
+	   "seq_cmp: 0 vs 0x80000000 (2^31 apart) ordered by raw value");
+	ok(zkr_seq_cmp(0x80000000u, 0) > 0,
+	   "seq_cmp: 0x80000000 vs 0 (2^31 apart) ordered by raw value");
+	ok(zkr_seq_cmp(5, 0x80000005u) < 0 && zkr_seq_cmp(0x80000005u, 5) > 0,
+	   "seq_cmp: 5 and 0x80000005 (2^31 apart) antisymmetric");
+	ok(zkr_seq_cmp(0x7FFFFFFFu, 0xFFFFFFFFu) < 0 &&
+	   zkr_seq_cmp(0xFFFFFFFFu, 0x7FFFFFFFu) > 0,
+	   "seq_cmp: 0x7FFFFFFF and 0xFFFFFFFF (2^31 apart) antisymmetric");
+
+	/* properties over pseudo-random pairs */
+	for (i = 0; i < 20000; i++)
+	{
+		uint32_t	a = rng();
+		uint32_t	b = (i % 4 == 0) ? a + 0x80000000u : rng();
+		uint32_t	d = (rng() % 0x7FFFFFFFu) + 1;	/* 1 .. 2^31 - 1 */
+
+		if (sign(zkr_seq_cmp(a, b)) != -sign(zkr_seq_cmp(b, a)) ||
+			(a != b && zkr_seq_cmp(a, b) == 0))
+		{
+			if (antisym)
+				diag("antisymmetry fails for 0x%08X, 0x%08X",
+					 (unsigned) a, (unsigned) b);
+			antisym = false;
+		}
+		if (zkr_seq_cmp(a, a) != 0)
+			refl = false;
+		if (!(zkr_seq_cmp(a, a + d) < 0 && zkr_seq_cmp(a + d, a) > 0))
+		{
+			if (window)
+				diag("0x%08X should precede 0x%08X",
+					 (unsigned) a, (unsigned) (a + d));
+			window = false;
+		}
+	}
+	ok(antisym, "seq_cmp: antisymmetric and total on 20000 random pairs");
+	ok(refl, "seq_cmp: every number equals itself (20000 random)");
+	ok(window,
+	   "seq_cmp: a precedes a + d for d in 1..2^31-1 (20000 random)");
+}
+
+/* ----------------------------------------------------------------
+ * zkr_contender_cmp, zkr_sort, zkr_collect
+ * ----------------------------------------------------------------
+ */
+
+static ZkrContender
+mk(const char *name)
+{
+	ZkrContender c;
+
+	if (!zkr_parse_child(name, &c))
+	{
+		diag("test setup: \"%s\" should be a contender", name);
+		memset(&c, 0, sizeof(c));
+		c.name = name;
+	}
+	return c;
+}
+
+/* Do the names of c[0..n-1] equal expected[0..n-1], in order? */
+static bool
+names_are(const ZkrContender *c, int n, const char *const *expected)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		if (c[i].name == NULL || strcmp(c[i].name, expected[i]) != 0)
+		{
+			diag("position %d: got \"%s\", expected \"%s\"", i,
+				 c[i].name ? c[i].name : "(null)", expected[i]);
+			return false;
+		}
+	}
+	return true;
+}
+
+static void
+test_sort_collect(void)
+{
+	ZkrContender a,
+				b;
+	ZkrContender c[8];
+	ZkrContender out[16];
+	int			i,
+				n;
+
+	a = mk("__WRIT__0000000005");
+	b = mk("__READ__0000000006");
+	ok(zkr_contender_cmp(&a, &b) < 0 && zkr_contender_cmp(&b, &a) > 0,
+	   "contender_cmp: ordered by sequence, not by name");
+	a = mk("_c_" UUID1 "-__READ__0000000009");
+	b = mk("__WRIT__0000000010");
+	ok(zkr_contender_cmp(&a, &b) < 0,
+	   "contender_cmp: lower sequence first even if its name sorts later");
+	a = mk("a-lock-0000000005");
+	b = mk("b-lock-0000000005");
+	ok(zkr_contender_cmp(&a, &b) < 0 && zkr_contender_cmp(&b, &a) > 0,
+	   "contender_cmp: equal sequences broken by full name");
+	ok(zkr_contender_cmp(&a, &a) == 0,
+	   "contender_cmp: a contender equals itself");
+	a = mk("__WRIT__2147483647");
+	b = mk("__READ__-2147483648");
+	ok(zkr_contender_cmp(&a, &b) < 0,
+	   "contender_cmp: 2147483647 precedes -2147483648 (wrap)");
+
+	/* sort across the 2^31 wrap, given in scrambled order */
+	{
+		const char *const expected[] = {
+			"__WRIT__2147483646",
+			"x__READ__2147483647",
+			"_c_" UUID1 "-__WRIT__-2147483648",
+			"lock--2147483647",
+			HEX32 "__rlock__-2147483646",
+		};
+
+		c[0] = mk(expected[3]);
+		c[1] = mk(expected[0]);
+		c[2] = mk(expected[4]);
+		c[3] = mk(expected[2]);
+		c[4] = mk(expected[1]);
+		zkr_sort(c, 5);
+		ok(names_are(c, 5, expected),
+		   "sort: queue order across the 2^31 wrap");
+	}
+
+	/* sort across the 2^32 wrap (-1 precedes 0) */
+	{
+		const char *const expected[] = {
+			"__READ__-000000002",
+			"__READ__-000000001",
+			"__WRIT__0000000000",
+			"__READ__0000000001",
+		};
+
+		c[0] = mk(expected[2]);
+		c[1] = mk(expected[3]);
+		c[2] = mk(expected[0]);
+		c[3] = mk(expected[1]);
+		zkr_sort(c, 4);
+		ok(names_are(c, 4, expected),
+		   "sort: queue order across the 2^32 wrap (-1 before 0)");
+	}
+
+	/* ties broken by name */
+	{
+		const char *const expected[] = {
+			"__READ__0000000003",
+			"_c_" UUID1 "-__WRIT__0000000003",
+			"_c_" UUID2 "-__WRIT__0000000003",
+			"lock-0000000003",
+			"__WRIT__0000000004",
+		};
+
+		c[0] = mk(expected[4]);
+		c[1] = mk(expected[3]);
+		c[2] = mk(expected[2]);
+		c[3] = mk(expected[1]);
+		c[4] = mk(expected[0]);
+		zkr_sort(c, 5);
+		ok(names_are(c, 5, expected),
+		   "sort: equal sequences in name (strcmp) order");
+	}
+
+	/* already sorted, single element, empty */
+	{
+		const char *const expected[] = {
+			"lock-0000000001", "lock-0000000002", "lock-0000000003",
+		};
+
+		for (i = 0; i < 3; i++)
+			c[i] = mk(expected[i]);
+		zkr_sort(c, 3);
+		ok(names_are(c, 3, expected), "sort: sorted input stays sorted");
+		c[0] = mk("lock-0000000009");
+		zkr_sort(c, 1);
+		ok(strcmp(c[0].name, "lock-0000000009") == 0 &&
+		   c[0].seq == 9, "sort: single element unchanged");
+		zkr_sort(c, 0);
+		ok(strcmp(c[0].name, "lock-0000000009") == 0,
+		   "sort: zero elements touches nothing");
+	}
+
+	/* collect: drops non-contenders, sorts the rest */
+	{
+		const char *const names[] = {
+			"_c_" UUID2 "-__READ__0000000012",
+			"foo",
+			"leader-0000000001",
+			HEX32 "__lock__0000000010",
+			"",
+			"lock-123",
+			"_c_" UUID1 "-__WRIT__0000000011",
+			"__WRIT__00000000x1",
+			"__READ__-2147483648",
+		};
+		const char *const expected[] = {
+			HEX32 "__lock__0000000010",
+			"_c_" UUID1 "-__WRIT__0000000011",
+			"_c_" UUID2 "-__READ__0000000012",
+			"__READ__-2147483648",
+		};
+
+		memset(out, 0, sizeof(out));
+		n = zkr_collect(names, 9, out);
+		if (ok(n == 4, "collect: 4 contenders out of 9 children"))
+		{
+			ok(names_are(out, 4, expected),
+			   "collect: contenders in queue order");
+			ok(out[0].name == names[3] && out[1].name == names[6] &&
+			   out[2].name == names[0] && out[3].name == names[8],
+			   "collect: names point to the caller's strings");
+			ok(out[0].mode == ZKR_MODE_EXCLUSIVE &&
+			   out[1].mode == ZKR_MODE_EXCLUSIVE &&
+			   out[2].mode == ZKR_MODE_SHARED &&
+			   out[3].mode == ZKR_MODE_SHARED,
+			   "collect: modes parsed");
+			ok(out[0].seq == 10 && out[3].seq == 0x80000000u,
+			   "collect: sequences parsed");
+		}
+		else
+			diag("got %d", n);
+	}
+	{
+		const char *const names[] = {"foo", "bar", "lock-"};
+
+		ok(zkr_collect(names, 3, out) == 0,
+		   "collect: no contenders among 3 other children");
+		ok(zkr_collect(names, 0, out) == 0, "collect: empty list");
+	}
+}
+
+/* ----------------------------------------------------------------
+ * zkr_decide
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Run zkr_decide on the given children (any order; collected and sorted
+ * here) and compare with the expected outcome.  expect_pred is the name of
+ * the node to watch, or NULL if the lock is held.
+ */
+static void
+expect_decision(const char *what,
+				const char *const *names, int n,
+				const char *self, ZkrMode mode,
+				const char *const *own, int n_own,
+				const char *expect_pred, int expect_blockers)
+{
+	ZkrContender c[16];
+	ZkrDecision d;
+	int			nc;
+	int			self_idx = -1;
+	int			i;
+	bool		good;
+
+	nc = zkr_collect(names, n, c);
+	for (i = 0; i < nc; i++)
+		if (strcmp(c[i].name, self) == 0)
+			self_idx = i;
+	d = zkr_decide(c, nc, self, mode, own, n_own);
+
+	ok(d.found && d.self == self_idx,
+	   "decide %s: self found at index %d", what, self_idx);
+	if (expect_pred == NULL)
+	{
+		good = ok(d.held && d.predecessor == -1,
+				  "decide %s: held, watches nothing", what);
+	}
+	else
+	{
+		good = ok(!d.held && d.predecessor >= 0 && d.predecessor < nc &&
+				  strcmp(c[d.predecessor].name, expect_pred) == 0,
+				  "decide %s: waits, watches %s", what, expect_pred);
+	}
+	if (!good)
+		diag("got held=%d predecessor=%d (%s)", d.held, d.predecessor,
+			 d.predecessor >= 0 && d.predecessor < nc ?
+			 c[d.predecessor].name : "-");
+	if (!ok(d.blockers == expect_blockers, "decide %s: %d blocker(s)",
+			what, expect_blockers))
+		diag("got %d", d.blockers);
+}
+
+static void
+test_decide(void)
+{
+	const char *const none[] = {NULL};
+
+	/* alone */
+	{
+		const char *const q[] = {"_c_" UUID1 "-__WRIT__0000000001"};
+
+		expect_decision("exclusive alone", q, 1, q[0], ZKR_MODE_EXCLUSIVE,
+						none, 0, NULL, 0);
+	}
+	{
+		const char *const q[] = {"_c_" UUID1 "-__READ__0000000001"};
+
+		expect_decision("shared alone", q, 1, q[0], ZKR_MODE_SHARED,
+						none, 0, NULL, 0);
+	}
+	/* first in a queue, with others and non-contenders around */
+	{
+		const char *const q[] = {
+			"__READ__0000000009", "leader", "__WRIT__0000000007",
+			"lock-0000000008",
+		};
+
+		expect_decision("exclusive at the head", q, 4, q[2],
+						ZKR_MODE_EXCLUSIVE, none, 0, NULL, 0);
+	}
+
+	/* exclusive behind anything watches the immediate predecessor */
+	{
+		const char *const q[] = {
+			"__READ__0000000001", "__READ__0000000002",
+			"__WRIT__0000000003",
+		};
+
+		expect_decision("exclusive behind R1 R2", q, 3, q[2],
+						ZKR_MODE_EXCLUSIVE, none, 0, q[1], 2);
+	}
+	{
+		const char *const q[] = {
+			"__WRIT__0000000004", HEX32 "__lock__0000000001",
+			"lock-0000000002", "__READ__0000000003",
+		};
+
+		expect_decision("exclusive behind W1 W2 R3", q, 4, q[0],
+						ZKR_MODE_EXCLUSIVE, none, 0, q[3], 3);
+	}
+	{
+		const char *const q[] = {
+			"__WRIT__0000000001", "__WRIT__0000000002",
+			"__WRIT__0000000003",
+		};
+
+		expect_decision("exclusive in the middle W1 [W2] W3", q, 3, q[1],
+						ZKR_MODE_EXCLUSIVE, none, 0, q[0], 1);
+	}
+	/* exclusive across the wrap */
+	{
+		const char *const q[] = {
+			"__WRIT__-2147483648", "__READ__2147483647",
+		};
+
+		expect_decision("exclusive behind R(2^31-1), across the wrap", q, 2,
+						q[0], ZKR_MODE_EXCLUSIVE, none, 0, q[1], 1);
+	}
+
+	/* shared behind shared only: held */
+	{
+		const char *const q[] = {
+			"__READ__0000000001", HEX32 "__rlock__0000000002",
+			"__READ__0000000003",
+		};
+
+		expect_decision("shared behind R1 R2", q, 3, q[2], ZKR_MODE_SHARED,
+						none, 0, NULL, 0);
+	}
+	/* shared behind W then R: watches the greatest lower exclusive */
+	{
+		const char *const q[] = {
+			"__WRIT__0000000001", "__READ__0000000002",
+			"__READ__0000000003",
+		};
+
+		expect_decision("shared behind W1 R2", q, 3, q[2], ZKR_MODE_SHARED,
+						none, 0, q[0], 1);
+	}
+	{
+		const char *const q[] = {
+			"lock-0000000001", "__WRIT__0000000002", "__READ__0000000003",
+			"__READ__0000000004", "__WRIT__0000000006",
+		};
+
+		expect_decision("shared behind W1 W2 R3", q, 5, q[3],
+						ZKR_MODE_SHARED, none, 0, q[1], 2);
+	}
+	/* shared ahead of an exclusive is not blocked by it */
+	{
+		const char *const q[] = {
+			"__READ__0000000001", "__WRIT__0000000003", "__READ__0000000002",
+		};
+
+		expect_decision("shared R2 before W3", q, 3, q[2], ZKR_MODE_SHARED,
+						none, 0, NULL, 0);
+	}
+
+	/* W1 held, R2 waiting, W3 queued */
+	{
+		const char *const q[] = {
+			"__WRIT__0000000001", "__READ__0000000002",
+			"__WRIT__0000000003",
+		};
+
+		expect_decision("W1 of [W1 R2 W3]", q, 3, q[0], ZKR_MODE_EXCLUSIVE,
+						none, 0, NULL, 0);
+		expect_decision("R2 of [W1 R2 W3]", q, 3, q[1], ZKR_MODE_SHARED,
+						none, 0, q[0], 1);
+		expect_decision("W3 of [W1 R2 W3]", q, 3, q[2], ZKR_MODE_EXCLUSIVE,
+						none, 0, q[1], 2);
+	}
+
+	/* own nodes never conflict */
+	{
+		const char *const q[] = {
+			"_c_" UUID1 "-__READ__0000000001",
+			"_c_" UUID1 "-__WRIT__0000000002",
+		};
+		const char *const own[] = {q[0]};
+
+		expect_decision("own R1, self W2", q, 2, q[1], ZKR_MODE_EXCLUSIVE,
+						own, 1, NULL, 0);
+	}
+	{
+		const char *const q[] = {
+			"_c_" UUID1 "-__WRIT__0000000001",
+			"_c_" UUID1 "-__READ__0000000002",
+		};
+		const char *const own[] = {q[0]};
+
+		expect_decision("own W1, self R2", q, 2, q[1], ZKR_MODE_SHARED,
+						own, 1, NULL, 0);
+	}
+	{
+		const char *const q[] = {
+			"_c_" UUID1 "-__READ__0000000001",
+			"_c_" UUID2 "-__WRIT__0000000002",
+			"_c_" UUID1 "-__WRIT__0000000003",
+		};
+		const char *const own[] = {q[0]};
+
+		expect_decision("own R1, other W2, self W3", q, 3, q[2],
+						ZKR_MODE_EXCLUSIVE, own, 1, q[1], 1);
+	}
+	{
+		const char *const q[] = {
+			"_c_" UUID2 "-__READ__0000000001",
+			"_c_" UUID1 "-__READ__0000000002",
+			"_c_" UUID1 "-__WRIT__0000000003",
+		};
+		const char *const own[] = {q[1]};
+
+		expect_decision("other R1, own R2, self W3", q, 3, q[2],
+						ZKR_MODE_EXCLUSIVE, own, 1, q[0], 1);
+	}
+	{
+		const char *const q[] = {
+			"_c_" UUID2 "-__WRIT__0000000001",
+			"_c_" UUID1 "-__WRIT__0000000002",
+			"_c_" UUID1 "-__READ__0000000003",
+		};
+		const char *const own[] = {q[1]};
+
+		expect_decision("other W1, own W2, self R3", q, 3, q[2],
+						ZKR_MODE_SHARED, own, 1, q[0], 1);
+	}
+	{
+		/* an own node passed in but not (any more) among the children */
+		const char *const q[] = {
+			"_c_" UUID2 "-__READ__0000000005",
+			"_c_" UUID1 "-__WRIT__0000000006",
+		};
+		const char *const own[] = {"_c_" UUID1 "-__READ__0000000004"};
+
+		expect_decision("gone own R4, other R5, self W6", q, 2, q[1],
+						ZKR_MODE_EXCLUSIVE, own, 1, q[0], 1);
+	}
+
+	/* self not among the contenders */
+	{
+		const char *const q[] = {
+			"__WRIT__0000000001", "__READ__0000000002",
+		};
+		ZkrContender c[2];
+		ZkrDecision d;
+		int			n;
+
+		n = zkr_collect(q, 2, c);
+		d = zkr_decide(c, n, "__WRIT__0000000003", ZKR_MODE_EXCLUSIVE,
+					   none, 0);
+		ok(!d.found, "decide: self absent from the list -> found=false");
+		d = zkr_decide(c, 0, "__WRIT__0000000001", ZKR_MODE_EXCLUSIVE,
+					   none, 0);
+		ok(!d.found, "decide: empty list -> found=false");
+	}
+}
+
+/* ----------------------------------------------------------------
+ * zkr_encode_resource
+ * ----------------------------------------------------------------
+ */
+
+static void
+expect_encode(const char *in, size_t len, const char *expected,
+			  const char *what)
+{
+	char		out[ZKR_MAX_ENCODED_BYTES + 1];
+	ZkrEncodeResult r;
+
+	memset(out, 'Z', sizeof(out));
+	r = zkr_encode_resource(in, len, out, sizeof(out));
+	if (!ok(r == ZKR_ENCODE_OK && strcmp(out, expected) == 0,
+			"encode %s -> \"%s\"", what, expected))
+		diag("got result %d, \"%.*s\"", (int) r, 60, out);
+}
+
+static void
+expect_encode_error(const char *in, size_t len, ZkrEncodeResult expected,
+					const char *what)
+{
+	char		out[ZKR_MAX_ENCODED_BYTES + 1];
+	ZkrEncodeResult r;
+
+	r = zkr_encode_resource(in, len, out, sizeof(out));
+	if (!ok(r == expected, "encode %s -> error %d", what, (int) expected))
+		diag("got result %d", (int) r);
+}
+
+/*
+ * Encode into a heap buffer of exactly outsize bytes, so that valgrind
+ * catches any write past it.
+ */
+static ZkrEncodeResult
+encode_exact(const char *in, size_t outsize, char *copy)
+{
+	char	   *out = malloc(outsize > 0 ? outsize : 1);
+	ZkrEncodeResult r;
+
+	r = zkr_encode_resource(in, strlen(in), out, outsize);
+	if (r == ZKR_ENCODE_OK && copy != NULL)
+		strcpy(copy, out);
+	free(out);
+	return r;
+}
+
+static int
+hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;					/* lower case is not allowed */
+}
+
+/*
+ * Decode an encoded path back into bytes; returns the length, or -1 if it
+ * has a malformed escape.
+ */
+static long
+decode(const char *s, unsigned char *buf)
+{
+	long		n = 0;
+
+	while (*s)
+	{
+		if (*s == '%')
+		{
+			int			h = hexval(s[1]);
+			int			l = (h < 0) ? -1 : hexval(s[2]);
+
+			if (h < 0 || l < 0)
+				return -1;
+			buf[n++] = (unsigned char) (h * 16 + l);
+			s += 3;
+		}
+		else
+			buf[n++] = (unsigned char) *s++;
+	}
+	return n;
+}
+
+/* Does the raw name have a leading, trailing or doubled '/'? */
+static bool
+has_empty_level(const unsigned char *s, size_t len)
+{
+	size_t		i;
+
+	if (s[0] == '/' || s[len - 1] == '/')
+		return true;
+	for (i = 1; i < len; i++)
+		if (s[i] == '/' && s[i - 1] == '/')
+			return true;
+	return false;
+}
+
+static void
+test_encode_property(void)
+{
+	const int	rounds = 5000;
+	unsigned char in[ZKR_MAX_RESOURCE_BYTES + 1];
+	unsigned char back[ZKR_MAX_ENCODED_BYTES + 1];
+	char		out[ZKR_MAX_ENCODED_BYTES + 1];
+	int			i;
+	int			n_ok = 0;
+	bool		code_ok = true;
+	bool		no_dot_level = true;
+	bool		charset_ok = true;
+	bool		slash_ok = true;
+	bool		roundtrip_ok = true;
+
+	for (i = 0; i < rounds; i++)
+	{
+		size_t		len;
+		size_t		j;
+		ZkrEncodeResult r;
+		bool		empty_level;
+		const char *p;
+
+		/* mostly short names, rich in '/' and '.', some long ones */
+		len = (i % 10 == 0) ? 1 + rng() % ZKR_MAX_RESOURCE_BYTES
+			: 1 + rng() % 12;
+		for (j = 0; j < len; j++)
+		{
+			uint32_t	k = rng() % 8;
+
+			if (k < 2)
+				in[j] = '.';
+			else if (k < 3)
+				in[j] = '/';
+			else if (k < 4)
+				in[j] = "aZ9_-%"[rng() % 6];
+			else
+				in[j] = (unsigned char) (1 + rng() % 255);
+		}
+		in[len] = '\0';
+		empty_level = has_empty_level(in, len);
+
+		memset(out, 'Z', sizeof(out));
+		r = zkr_encode_resource((const char *) in, len, out, sizeof(out));
+		if (r != (empty_level ? ZKR_ENCODE_EMPTY_LEVEL : ZKR_ENCODE_OK))
+		{
+			if (code_ok)
+				diag("round %d (len %zu): got result %d", i, len, (int) r);
+			code_ok = false;
+		}
+		if (r != ZKR_ENCODE_OK)
+			continue;
+		n_ok++;
+
+		/* only [A-Za-z0-9._%/-] */
+		for (p = out; *p; p++)
+		{
+			if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+				  (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
+				  *p == '%' || *p == '/' || *p == '-'))
+			{
+				if (charset_ok)
+					diag("round %d: byte 0x%02X in output", i,
+						 (unsigned char) *p);
+				charset_ok = false;
+			}
+		}
+		/* never starts or ends with '/' */
+		if (out[0] == '/' || out[0] == '\0' || out[strlen(out) - 1] == '/')
+			slash_ok = false;
+		/* no level is "." or ".." */
+		p = out;
+		while (*p)
+		{
+			size_t		l = strcspn(p, "/");
+
+			if ((l == 1 && p[0] == '.') ||
+				(l == 2 && p[0] == '.' && p[1] == '.'))
+			{
+				if (no_dot_level)
+					diag("round %d: \"%s\" has a dot level", i, out);
+				no_dot_level = false;
+			}
+			p += l;
+			if (*p == '/')
+				p++;
+		}
+		/* decoding gives the input back */
+		{
+			long		n = decode(out, back);
+
+			if (n != (long) len || memcmp(back, in, len) != 0)
+			{
+				if (roundtrip_ok)
+					diag("round %d: decoding \"%s\" does not give the input",
+						 i, out);
+				roundtrip_ok = false;
+			}
+		}
+	}
+	ok(code_ok,
+	   "encode property: %d random names give OK, or EMPTY_LEVEL "
+	   "exactly when a level is empty", rounds);
+	ok(n_ok > rounds / 10,
+	   "encode property: a fair share of names encoded (%d of %d)",
+	   n_ok, rounds);
+	ok(charset_ok, "encode property: output only uses [A-Za-z0-9._%%/-]");
+	ok(slash_ok, "encode property: output non-empty, no leading/trailing '/'");
+	ok(no_dot_level, "encode property: no level of the output is . or ..");
+	ok(roundtrip_ok,
+	   "encode property: decoding %%XX gives back the input bytes");
+}
+
+static void
+test_encode(void)
+{
+	char		big[ZKR_MAX_RESOURCE_BYTES + 2];
+	char		expect_big[ZKR_MAX_ENCODED_BYTES + 1];
+	char		copy[ZKR_MAX_ENCODED_BYTES + 1];
+	ZkrEncodeResult r;
+	int			i;
+
+	expect_encode("nightly-rollup", 14, "nightly-rollup", "plain name");
+	expect_encode("a.b_c-D9", 8, "a.b_c-D9", "[A-Za-z0-9._-] kept");
+	expect_encode("x", 1, "x", "one byte");
+	expect_encode("app/nightly", 11, "app/nightly", "'/' separates levels");
+	expect_encode("a/b/c/d", 7, "a/b/c/d", "four levels");
+	expect_encode(".", 1, "%2E", "level \".\"");
+	expect_encode("..", 2, "%2E%2E", "level \"..\"");
+	expect_encode("a/../b", 6, "a/%2E%2E/b", "\"..\" in the middle");
+	expect_encode("./a", 3, "%2E/a", "leading \".\" level");
+	expect_encode("a/..", 4, "a/%2E%2E", "trailing \"..\" level");
+	expect_encode("../..", 5, "%2E%2E/%2E%2E", "\"../..\"");
+	expect_encode("...", 3, "...", "\"...\" is not special");
+	expect_encode(".a", 2, ".a", "\".a\" is not special");
+	expect_encode("a.", 2, "a.", "\"a.\" is not special");
+	expect_encode("..b/c..", 7, "..b/c..", "dots inside levels kept");
+	expect_encode("100%", 4, "100%25", "'%' escaped");
+	expect_encode("%2E", 3, "%252E", "literal \"%2E\" escaped");
+	expect_encode("a b", 3, "a%20b", "space escaped");
+	expect_encode("caf\xC3\xA9", 5, "caf%C3%A9", "UTF-8 e-acute");
+	expect_encode("\x01\x1F\x7F", 3, "%01%1F%7F", "control bytes");
+	expect_encode("\t\n", 2, "%09%0A", "tab and newline");
+	expect_encode("\xAB\xFF", 2, "%AB%FF", "upper-case hex");
+	expect_encode("a:b*c?d\\e", 9, "a%3Ab%2Ac%3Fd%5Ce", "punctuation escaped");
+	expect_encode("app/nightly-rollup", 11, "app/nightly",
+				  "only len bytes read (not NUL-terminated)");
+
+	/* length limits */
+	memset(big, 'a', ZKR_MAX_RESOURCE_BYTES + 1);
+	big[ZKR_MAX_RESOURCE_BYTES + 1] = '\0';
+	memcpy(expect_big, big, ZKR_MAX_RESOURCE_BYTES);
+	expect_big[ZKR_MAX_RESOURCE_BYTES] = '\0';
+	expect_encode(big, ZKR_MAX_RESOURCE_BYTES, expect_big,
+				  "512 bytes accepted");
+	expect_encode_error(big, ZKR_MAX_RESOURCE_BYTES + 1, ZKR_ENCODE_TOO_LONG,
+						"513 bytes");
+	memset(big, '\xFF', ZKR_MAX_RESOURCE_BYTES);
+	for (i = 0; i < ZKR_MAX_RESOURCE_BYTES; i++)
+		memcpy(expect_big + 3 * i, "%FF", 3);
+	expect_big[ZKR_MAX_ENCODED_BYTES] = '\0';
+	expect_encode(big, ZKR_MAX_RESOURCE_BYTES, expect_big,
+				  "512 bytes that all need escaping (worst case)");
+
+	/* errors */
+	expect_encode_error("", 0, ZKR_ENCODE_EMPTY, "empty name");
+	expect_encode_error("abc", 0, ZKR_ENCODE_EMPTY, "zero length");
+	expect_encode_error("/", 1, ZKR_ENCODE_EMPTY_LEVEL, "\"/\"");
+	expect_encode_error("/app", 4, ZKR_ENCODE_EMPTY_LEVEL, "leading '/'");
+	expect_encode_error("app/", 4, ZKR_ENCODE_EMPTY_LEVEL, "trailing '/'");
+	expect_encode_error("a//b", 4, ZKR_ENCODE_EMPTY_LEVEL, "\"a//b\"");
+	expect_encode_error("a/b//", 5, ZKR_ENCODE_EMPTY_LEVEL, "\"a/b//\"");
+
+	/* output buffer sizes, exact-size heap buffers */
+	ok(encode_exact("abc", 4, copy) == ZKR_ENCODE_OK &&
+	   strcmp(copy, "abc") == 0,
+	   "encode: \"abc\" fits in 4 bytes");
+	ok(encode_exact("abc", 3, NULL) == ZKR_ENCODE_NO_ROOM,
+	   "encode: \"abc\" into 3 bytes -> NO_ROOM");
+	ok(encode_exact("abc", 1, NULL) == ZKR_ENCODE_NO_ROOM,
+	   "encode: \"abc\" into 1 byte -> NO_ROOM");
+	ok(encode_exact("caf\xC3\xA9", 10, copy) == ZKR_ENCODE_OK &&
+	   strcmp(copy, "caf%C3%A9") == 0,
+	   "encode: \"caf%%C3%%A9\" fits in 10 bytes");
+	ok(encode_exact("caf\xC3\xA9", 9, NULL) == ZKR_ENCODE_NO_ROOM,
+	   "encode: \"caf%%C3%%A9\" into 9 bytes -> NO_ROOM");
+	ok(encode_exact("caf\xC3\xA9", 6, NULL) == ZKR_ENCODE_NO_ROOM,
+	   "encode: \"caf%%C3%%A9\" into 6 bytes (escape cut) -> NO_ROOM");
+	ok(encode_exact("a/..", 9, copy) == ZKR_ENCODE_OK &&
+	   strcmp(copy, "a/%2E%2E") == 0,
+	   "encode: \"a/%%2E%%2E\" fits in 9 bytes");
+	ok(encode_exact("a/..", 8, NULL) == ZKR_ENCODE_NO_ROOM,
+	   "encode: \"a/%%2E%%2E\" into 8 bytes -> NO_ROOM");
+	r = encode_exact("a b", 4, NULL);
+	ok(r == ZKR_ENCODE_NO_ROOM, "encode: \"a%%20b\" into 4 bytes -> NO_ROOM");
+
+	/*
+	 * Every buffer size from 1 up: NO_ROOM until the result and its NUL
+	 * fit, then OK.  Run under valgrind, this also catches any write past
+	 * the end of the buffer (e.g. an escape cut at the last byte).
+	 */
+	{
+		static const struct
+		{
+			const char *in;
+			const char *out;
+		}			sweep[] = {
+			{"a b", "a%20b"},
+			{"\xC3\xA9", "%C3%A9"},
+			{"x/..", "x/%2E%2E"},
+			{"ab/c d/.", "ab/c%20d/%2E"},
+			{"nightly", "nightly"},
+		};
+
+		for (i = 0; i < (int) (sizeof(sweep) / sizeof(sweep[0])); i++)
+		{
+			size_t		need = strlen(sweep[i].out) + 1;
+			size_t		sz;
+			bool		good = true;
+
+			for (sz = 1; sz <= need + 1; sz++)
+			{
+				r = encode_exact(sweep[i].in, sz, copy);
+				if (sz < need ? r != ZKR_ENCODE_NO_ROOM :
+					(r != ZKR_ENCODE_OK || strcmp(copy, sweep[i].out) != 0))
+				{
+					if (good)
+						diag("outsize %zu: got result %d", sz, (int) r);
+					good = false;
+				}
+			}
+			ok(good, "encode: \"%s\" NO_ROOM below %zu bytes, OK from %zu",
+			   sweep[i].out, need, need);
+		}
+	}
+
+	test_encode_property();
+}
+
+/* ----------------------------------------------------------------
+ * zkr_format_uuid, zkr_node_prefix, zkr_has_prefix, zkr_mode_name
+ * ----------------------------------------------------------------
+ */
+
+static void
+test_names(void)
+{
+	uint8_t		bytes[16];
+	char		uuid[ZKR_UUID_LEN + 1];
+	char		prefix[ZKR_MAX_PREFIX_BYTES];
+	char		name[ZKR_MAX_PREFIX_BYTES + 16];
+	ZkrContender c;
+	size_t		n;
+	char	   *small;
+	int			i;
+
+	for (i = 0; i < 16; i++)
+		bytes[i] = (uint8_t) i;
+	memset(uuid, 'Z', sizeof(uuid));
+	zkr_format_uuid(bytes, uuid);
+	ok(strcmp(uuid, "00010203-0405-0607-0809-0a0b0c0d0e0f") == 0,
+	   "format_uuid: bytes 00..0f");
+	for (i = 0; i < 16; i++)
+		bytes[i] = (uint8_t) (0xF0 + i);
+	zkr_format_uuid(bytes, uuid);
+	ok(strcmp(uuid, "f0f1f2f3-f4f5-f6f7-f8f9-fafbfcfdfeff") == 0,
+	   "format_uuid: lower-case hex");
+	ok(strlen(uuid) == ZKR_UUID_LEN, "format_uuid: 36 characters");
+
+	/* node prefixes */
+	memset(prefix, 'Z', sizeof(prefix));
+	n = zkr_node_prefix(ZKR_MODE_EXCLUSIVE, UUID1, prefix, sizeof(prefix));
+	ok(n == 48 && strcmp(prefix, "_c_" UUID1 "-__WRIT__") == 0,
+	   "node_prefix: exclusive is _c_<uuid>-__WRIT__, length 48");
+	n = zkr_node_prefix(ZKR_MODE_SHARED, UUID2, prefix, sizeof(prefix));
+	ok(n == 48 && strcmp(prefix, "_c_" UUID2 "-__READ__") == 0,
+	   "node_prefix: shared is _c_<uuid>-__READ__, length 48");
+
+	small = malloc(49);
+	n = zkr_node_prefix(ZKR_MODE_SHARED, UUID1, small, 49);
+	ok(n == 48 && strcmp(small, "_c_" UUID1 "-__READ__") == 0,
+	   "node_prefix: fits in exactly 49 bytes");
+	free(small);
+	small = malloc(48);
+	ok(zkr_node_prefix(ZKR_MODE_SHARED, UUID1, small, 48) == 0,
+	   "node_prefix: 48-byte buffer too small -> 0");
+	free(small);
+	small = malloc(10);
+	ok(zkr_node_prefix(ZKR_MODE_EXCLUSIVE, UUID1, small, 10) == 0,
+	   "node_prefix: 10-byte buffer too small -> 0");
+	free(small);
+
+	/* what ZooKeeper will name the node parses back to the same thing */
+	zkr_node_prefix(ZKR_MODE_EXCLUSIVE, UUID1, prefix, sizeof(prefix));
+	snprintf(name, sizeof(name), "%s%010d", prefix, 42);
+	ok(zkr_parse_child(name, &c) && c.mode == ZKR_MODE_EXCLUSIVE &&
+	   c.seq == 42 && c.prefix_len == 40,
+	   "node_prefix: exclusive node parses back (mode, seq, prefix_len)");
+	ok(zkr_has_prefix(name, prefix),
+	   "has_prefix: exclusive node carries its prefix");
+	zkr_node_prefix(ZKR_MODE_SHARED, UUID1, prefix, sizeof(prefix));
+	snprintf(name, sizeof(name), "%s%010d", prefix, INT32_MIN);
+	ok(zkr_parse_child(name, &c) && c.mode == ZKR_MODE_SHARED &&
+	   c.seq == 0x80000000u,
+	   "node_prefix: shared node with wrapped counter parses back");
+
+	/* has_prefix */
+	ok(zkr_has_prefix("_c_" UUID1 "-__READ__0000000007",
+					  "_c_" UUID1 "-__READ__"),
+	   "has_prefix: matching prefix");
+	ok(!zkr_has_prefix("_c_" UUID2 "-__READ__0000000007",
+					   "_c_" UUID1 "-__READ__"),
+	   "has_prefix: other uuid does not match");
+	ok(!zkr_has_prefix("_c_" UUID1 "-__WRIT__0000000007",
+					   "_c_" UUID1 "-__READ__"),
+	   "has_prefix: other mode does not match");
+	ok(!zkr_has_prefix("_c_" UUID1, "_c_" UUID1 "-__READ__"),
+	   "has_prefix: name shorter than the prefix does not match");
+	ok(!zkr_has_prefix("x_c_" UUID1 "-__READ__0000000007",
+					   "_c_" UUID1 "-__READ__"),
+	   "has_prefix: prefix must be at the start");
+
+	/* mode names */
+	ok(strcmp(zkr_mode_name(ZKR_MODE_EXCLUSIVE), "exclusive") == 0,
+	   "mode_name: exclusive");
+	ok(strcmp(zkr_mode_name(ZKR_MODE_SHARED), "shared") == 0,
+	   "mode_name: shared");
+	ok(strcmp(zkr_mode_name(ZKR_MODE_NONE), "none") == 0,
+	   "mode_name: none");
+}
+
+int
+main(void)
+{
+	test_parse_child();
+	test_seq_cmp();
+	test_sort_collect();
+	test_decide();
+	test_encode();
+	test_names();
+
+	printf("1..%d\n", n_tests);
+	if (n_failed > 0)
+		diag("%d of %d tests failed", n_failed, n_tests);
+	return n_failed > 0 ? 1 : 0;
+}
