@@ -61,6 +61,11 @@ DEFAULT_TEST_TIMEOUT = 120
 UNIT_TIMEOUT = 120
 REGRESS_TIMEOUT = 600
 UNIT_EXE = os.path.join(HERE, 'unit', 'test_recipe')
+STEP_NAMES = {                  # --failed-step values given by test/run.sh
+    'build': 'make (building the extension)',
+    'install': 'make install',
+    'unit': 'make -C test/unit',
+}
 
 
 # ---------------------------------------------------------------------------
@@ -94,6 +99,12 @@ class Results:
     @property
     def failed(self):
         return sum(s['failed'] for s in self.suites.values())
+
+
+def suite_line(results, suites):
+    for s in suites:
+        c = results.suites.get(s, {'passed': 0, 'failed': 0})
+        out('  -- %s: %d passed, %d failed' % (s, c['passed'], c['failed']))
 
 
 def out(text=''):
@@ -259,10 +270,12 @@ def run_regress(results, pg, workdir):
     for line in text.splitlines():
         m = REGRESS_LINE.match(line)
         if m:
+            out('  ' + line.strip())
             status_of[m.group(1)] = (m.group(2) != 'FAILED')
             continue
         m = REGRESS_TAP.match(line)
         if m:
+            out('  ' + line.strip())
             status_of[m.group(2)] = not m.group(1)
     failed_any = False
     for name in names:
@@ -419,6 +432,8 @@ def run_python(results, zk, pg, pattern):
     try:
         pg.psql('DROP DATABASE IF EXISTS %s' % TEST_DB)
         pg.psql('CREATE DATABASE %s' % TEST_DB)
+        pg.psql("ALTER DATABASE %s SET zklock.connect_timeout = '%ds'"
+                % (TEST_DB, CONNECT_TIMEOUT_S))
         pg.psql('CREATE EXTENSION zklock', dbname=TEST_DB)
         kz = harness.connect_kazoo(zk.connect_string)
     except Exception as e:
@@ -458,6 +473,7 @@ def run_python(results, zk, pg, pattern):
                                        log_excerpt.splitlines()[-30:]))
                     results.fail(modname, '%s (%.1f s)' % (name, elapsed),
                                  detail)
+            suite_line(results, [modname])
     finally:
         try:
             kz.stop()
@@ -492,12 +508,13 @@ def main():
     zk = pg = None
     try:
         for step in args.failed_step:
-            results.fail('build', step)
+            results.fail('build', STEP_NAMES.get(step, step) + ' failed')
         build_broken = any(s in ('build', 'install')
                            for s in args.failed_step)
 
         if 'unit' in suites:
             run_unit(results, 'unit' in args.failed_step)
+            suite_line(results, ['unit'])
 
         server_suites = [s for s in suites if s in ('regress', 'python')]
         if server_suites and build_broken:
@@ -510,7 +527,9 @@ def main():
                     'zklock.hosts': zk.connect_string,
                     'zklock.root': ZK_ROOT,
                     'zklock.session_timeout': '%ds' % SESSION_TIMEOUT_S,
-                    'zklock.connect_timeout': '%ds' % CONNECT_TIMEOUT_S,
+                    # zklock.connect_timeout keeps its default here: the
+                    # pg_regress suite shows it; the python tests' database
+                    # sets CONNECT_TIMEOUT_S (see run_python)
                 }, base_dir=workdir).start()
             except Exception as e:
                 for s in server_suites:
@@ -523,6 +542,7 @@ def main():
                 except Exception:
                     results.fail('regress', 'suite crashed',
                                  traceback.format_exc())
+                suite_line(results, ['regress'])
             if 'python' in server_suites:
                 try:
                     run_python(results, zk, pg, args.pattern)
@@ -545,7 +565,9 @@ def main():
         out('  %-20s %d passed, %d failed' % (suite, c['passed'], c['failed']))
     for f in results.failures:
         out('  failed: %s' % f)
-    if results.failed or args.keep:
+    if not os.listdir(workdir):
+        os.rmdir(workdir)               # nothing was started
+    elif results.failed or args.keep:
         out('  logs and data kept in %s' % workdir)
         if pg is not None:
             out('  PostgreSQL log: %s' % pg.log_path)

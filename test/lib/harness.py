@@ -24,7 +24,6 @@ import os
 import pwd
 import queue
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,7 +33,6 @@ import threading
 import time
 
 import psycopg2
-import psycopg2.extensions
 
 PG_BIN = '/usr/lib/postgresql/15/bin'
 PG_CONFIG = PG_BIN + '/pg_config'
@@ -295,6 +293,9 @@ class ZooKeeper:
         cmd += ['-cp', ZK_CLASSPATH,
                 'org.apache.zookeeper.server.quorum.QuorumPeerMain',
                 os.path.join(self.server_dir(sid), 'zoo.cfg')]
+        old = self._log_files.pop(sid, None)
+        if old:
+            old.close()
         logf = open(self.log_path(sid), 'ab')
         self._log_files[sid] = logf
         # Own session: a Ctrl-C on the terminal reaches only the runner,
@@ -410,9 +411,6 @@ class ZooKeeper:
         """Stop (if running) and start one server, waiting until the
         ensemble serves again."""
         self._terminate(sid)
-        f = self._log_files.pop(sid, None)
-        if f:
-            f.close()
         self._spawn(sid)
         self.wait_serving(timeout=timeout)
 
@@ -434,16 +432,21 @@ class ZooKeeper:
                 chunks.append(data)
         return b''.join(chunks).decode('utf-8', 'replace')
 
+    def _serving_sids(self, sid=None):
+        if sid:
+            return [sid]
+        return [s for s in self.sids
+                if self.is_running(s) and s not in self.paused]
+
     def watches_by_path(self, sid=None):
-        """Parse `wchp`: {path: set of session ids (int)}.  Data watches
-        (exists/get) and child watches are both listed.  With several
+        """Parse `wchp`: {path: set of session ids (int)}.
+
+        Beware: ZooKeeper lists only *data* watches here (exists, getData);
+        getChildren watches are missing, see watch_counts().  With several
         servers, a session's watches live on the server it is connected
-        to: give sid=None to merge every running server's answer."""
-        sids = [sid] if sid else [s for s in self.sids
-                                  if self.is_running(s)
-                                  and s not in self.paused]
+        to: sid=None merges every running server's answer."""
         result = {}
-        for s in sids:
+        for s in self._serving_sids(sid):
             path = None
             for line in self.four_letter(s, 'wchp').splitlines():
                 if not line.strip():
@@ -456,6 +459,25 @@ class ZooKeeper:
                     path = line.strip()
                     result.setdefault(path, set())
         return result
+
+    def watch_counts(self, sid=None):
+        """{'data': n, 'child': m}: how many (path, session) watches the
+        server(s) hold.  `mntr`'s zk_watch_count counts data and child
+        watches, `wchs` only data watches; the difference is the number of
+        getChildren watches, which no other four letter word shows.  The
+        two answers are separate requests: poll when watches change."""
+        total = data = 0
+        for s in self._serving_sids(sid):
+            m = re.search(r'^zk_watch_count\s+(\d+)',
+                          self.four_letter(s, 'mntr'), re.M)
+            w = re.search(r'^Total watches:\s*(\d+)',
+                          self.four_letter(s, 'wchs'), re.M)
+            if not m or not w:
+                raise RuntimeError('server %d: no watch counts in mntr/wchs'
+                                   % s)
+            total += int(m.group(1))
+            data += int(w.group(1))
+        return {'data': data, 'child': total - data}
 
 
 # ---------------------------------------------------------------------------
