@@ -1,0 +1,105 @@
+"""
+Fault tests: requests whose waiter gave up before ZooKeeper answered.
+
+A create that ZooKeeper carries out after the SQL call has already failed
+must not leave a contender behind (it would block the lock until the
+backend exits).  The ensemble is frozen with SIGSTOP so that the create
+sits in the server's socket while the call times out; after SIGCONT the
+server creates the node, and the extension must delete it on its own.
+
+Each test proves the create really happened (the lock parent's cversion
+counts child creations and deletions), so that "no node left" is not
+satisfied vacuously by a create that never ran.
+"""
+
+import time
+
+import harness
+from harness import wait_until
+from test_multisession import LOCK_X, expect_sqlstate, token_of, stays
+
+TIMEOUT = 120
+
+
+def parent_cversion(ctx, res):
+    stat = ctx.kz.exists(ctx.zi.parent_path(res))
+    assert stat is not None, 'lock parent of %s missing' % res
+    return stat.cversion
+
+
+def prepare_parent(ctx, b, res):
+    """One lock cycle, so the lock parent exists and its cversion is known."""
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, [res, '10 seconds']), 10)
+    b.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
+    return parent_cversion(ctx, res)
+
+
+def frozen_call(ctx, b, res, freeze_s):
+    """Freeze ZooKeeper, make a 1-second lock call that must fail with
+    55P03 during the freeze, and thaw after freeze_s seconds."""
+    ctx.zk.pause(1)
+    try:
+        t0 = time.monotonic()
+        fut = b.submit(LOCK_X, [res, '1 second'])
+        expect_sqlstate(fut, '55P03', 10, 'lock call against a frozen ensemble')
+        elapsed = time.monotonic() - t0
+        assert 0.9 <= elapsed < 5, \
+            'the 1 s timeout ended the call after %.2f s' % elapsed
+        time.sleep(max(0.0, freeze_s - elapsed))
+    finally:
+        ctx.zk.resume(1)
+
+
+def assert_created_then_deleted(ctx, res, before, within):
+    """The frozen create ran (cversion +1) and its node was deleted (+1)."""
+    def settled():
+        return (parent_cversion(ctx, res) >= before + 2
+                and not ctx.zi.contenders(res))
+    try:
+        wait_until(settled, within, 'the late node of %s to be deleted' % res,
+                   interval=0.2)
+    except TimeoutError:
+        raise AssertionError(
+            'cversion %d -> %d, contenders %r: the late create was not '
+            'cleaned up' % (before, parent_cversion(ctx, res),
+                            ctx.zi.contenders(res))) from None
+    stays(lambda: not ctx.zi.contenders(res), 1.0, 'no contender of %s' % res)
+
+
+def test_late_create_is_deleted(ctx):
+    """Frozen for less than the client's ping deadline: the reply to the
+    create arrives after the call gave up, and the completion deletes the
+    node at once."""
+    res = 'fault-late-create'
+    b = ctx.backend('fault-late')
+    before = prepare_parent(ctx, b, res)
+
+    frozen_call(ctx, b, res, freeze_s=1.5)
+    assert_created_then_deleted(ctx, res, before, 10)
+
+    # the backend is usable afterwards
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, [res, '10 seconds']), 10, 'lock after the freeze')
+    b.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
+
+
+def test_lost_create_reply_is_swept(ctx):
+    """Frozen long enough for the client to drop the connection (2/3 of
+    the session timeout) but not for the session to expire: the create's
+    reply is lost, so after the reconnect the extension lists the parent
+    and deletes the node it finds by its unique prefix."""
+    res = 'fault-lost-reply'
+    b = ctx.backend('fault-lost')
+    before = prepare_parent(ctx, b, res)
+
+    freeze = ctx.session_timeout * 0.8
+    frozen_call(ctx, b, res, freeze_s=freeze)
+    assert_created_then_deleted(ctx, res, before, ctx.session_timeout + 10)
+
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, [res, '10 seconds']), 15, 'lock after reconnect')
+    b.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
