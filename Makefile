@@ -3,7 +3,7 @@
 EXTENSION = zklock
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" zklock.control)
 MODULE_big = zklock
-OBJS = src/zklock.o src/session.o src/recipe.o src/locktable.o src/functions.o
+OBJS = src/zklock.o src/session.o src/recipe.o src/locktable.o src/inspect.o src/functions.o
 DATA = sql/zklock--$(EXTVERSION).sql
 
 # pg_regress suites (sql/<name>.sql, expected/<name>.out); run by make test

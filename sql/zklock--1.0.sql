@@ -81,6 +81,35 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE VIEW zk_locks AS SELECT * FROM zk_locks();
 
+-- The lock's whole queue as ZooKeeper has it, every client included.
+CREATE FUNCTION zk_lock_queue(
+    resource text,
+    OUT "position" integer,
+    OUT mode text,
+    OUT node text,
+    OUT owner text,
+    OUT holding boolean,
+    OUT session_id text,
+    OUT fencing_token bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'zk_lock_queue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- This backend's ZooKeeper session.
+CREATE FUNCTION zk_status(
+    OUT state text,
+    OUT session_id text,
+    OUT session_timeout interval,
+    OUT server text,
+    OUT locks_held integer,
+    OUT grants bigint,
+    OUT waits bigint,
+    OUT lost_locks bigint,
+    OUT reconnects bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'zk_status'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- A lock in ZooKeeper is shared by every cluster and service using the
 -- ensemble: nobody may take one unless the administrator grants it.
 REVOKE EXECUTE ON FUNCTION
@@ -95,5 +124,7 @@ REVOKE EXECUTE ON FUNCTION
     zk_unlock(text),
     zk_unlock_shared(text),
     zk_unlock_all(),
-    zk_locks()
+    zk_locks(),
+    zk_lock_queue(text),
+    zk_status()
 FROM PUBLIC;

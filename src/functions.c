@@ -20,8 +20,11 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "inspect.h"
 #include "locktable.h"
+#include "mb/pg_wchar.h"
 #include "recipe.h"
+#include "session.h"
 
 PG_FUNCTION_INFO_V1(zk_lock_exclusive);
 PG_FUNCTION_INFO_V1(zk_lock_shared);
@@ -35,6 +38,8 @@ PG_FUNCTION_INFO_V1(zk_unlock);
 PG_FUNCTION_INFO_V1(zk_unlock_shared);
 PG_FUNCTION_INFO_V1(zk_unlock_all);
 PG_FUNCTION_INFO_V1(zk_locks);
+PG_FUNCTION_INFO_V1(zk_lock_queue);
+PG_FUNCTION_INFO_V1(zk_status);
 
 /*
  * The resource argument: non-NULL text of 1 to 512 bytes without empty
@@ -231,4 +236,118 @@ zk_locks(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/* A session id as ZooKeeper's own tools print it. */
+static Datum
+session_id_datum(int64 id)
+{
+	return CStringGetTextDatum(psprintf("0x%llx", (unsigned long long) id));
+}
+
+/*
+ * A node's data as text: as is when it is UTF-8 (converted to the database
+ * encoding), otherwise hex in bytea's output form, so binary data from
+ * another client can neither fail the query nor smuggle bytes.
+ */
+static Datum
+owner_datum(const char *data, int len)
+{
+	if (pg_verify_mbstr(PG_UTF8, data, len, true))
+	{
+		char	   *conv = NULL;
+
+		PG_TRY();
+		{
+			conv = pg_any_to_server(data, len, PG_UTF8);
+		}
+		PG_CATCH();
+		{
+			FlushErrorState();
+			conv = NULL;
+		}
+		PG_END_TRY();
+		if (conv != NULL)
+			return CStringGetTextDatum(conv);
+	}
+	{
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		appendStringInfoString(&buf, "\\x");
+		for (int i = 0; i < len; i++)
+			appendStringInfo(&buf, "%02x", (unsigned char) data[i]);
+		return CStringGetTextDatum(buf.data);
+	}
+}
+
+/* zk_lock_queue(resource): the lock's whole queue, every client included. */
+Datum
+zk_lock_queue(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *relpath;
+	ZkqEntry   *q;
+	int			n;
+
+	(void) resource_arg(fcinfo, &relpath);
+	InitMaterializedSRF(fcinfo, 0);
+	q = zkq_queue(relpath, &n);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[7];
+		bool		nulls[7] = {0};
+
+		values[0] = Int32GetDatum(q[i].position);
+		values[1] = CStringGetTextDatum(zkr_mode_name(q[i].mode));
+		values[2] = CStringGetTextDatum(q[i].node);
+		values[3] = owner_datum(q[i].data, q[i].data_len);
+		values[4] = BoolGetDatum(q[i].holding);
+		values[5] = session_id_datum(q[i].session_id);
+		values[6] = Int64GetDatum(q[i].czxid);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* zk_status(): this backend's ZooKeeper session and lock counters. */
+Datum
+zk_status(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	ZksStatus	st;
+	ZklCounters c;
+	Datum		values[9];
+	bool		nulls[9] = {0};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	zks_get_status(&st);
+	zkl_counters(&c);
+
+	values[0] = CStringGetTextDatum(st.state);
+	if (st.session_id != 0)
+		values[1] = session_id_datum(st.session_id);
+	else
+		nulls[1] = true;
+	if (st.timeout_ms > 0)
+	{
+		Interval   *iv = palloc0(sizeof(Interval));
+
+		iv->time = (int64) st.timeout_ms * 1000;
+		values[2] = IntervalPGetDatum(iv);
+	}
+	else
+		nulls[2] = true;
+	if (st.server[0] != '\0')
+		values[3] = CStringGetTextDatum(st.server);
+	else
+		nulls[3] = true;
+	values[4] = Int32GetDatum(c.locks_held);
+	values[5] = Int64GetDatum((int64) c.grants);
+	values[6] = Int64GetDatum((int64) c.waits);
+	values[7] = Int64GetDatum((int64) c.lost);
+	values[8] = Int64GetDatum((int64) st.reconnects);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -51,6 +51,14 @@ typedef struct ZklLockKey
 	ZkrMode		mode;
 } ZklLockKey;
 
+/* Why a held lock is no longer ours. */
+typedef enum ZklLost
+{
+	ZKL_LOST_NONE = 0,
+	ZKL_LOST_SESSION,			/* the session that held the node ended */
+	ZKL_LOST_DELETED			/* the node was deleted (or replaced) */
+} ZklLost;
+
 typedef struct ZklLock
 {
 	ZklLockKey	key;			/* hash key: must be first */
@@ -62,6 +70,7 @@ typedef struct ZklLock
 								 * also delete any stray node with prefix */
 	int64		token;			/* czxid of the node */
 	int64		session_id;		/* session the node belongs to */
+	ZklLost		lost;
 	TimestampTz since;
 	int			session_count;
 	int			xact_count;		/* == number of entries in xact_subids */
@@ -90,9 +99,15 @@ typedef struct Attempt
 	const char *name;
 	int64		token;
 	bool		uncertain;		/* a create's reply was lost */
+	bool		waited;			/* had to wait for another contender */
 } Attempt;
 
 static HTAB *lock_table = NULL;
+
+/* Counters for zk_status() */
+static uint64 n_grants = 0;
+static uint64 n_waits = 0;
+static uint64 n_lost = 0;
 
 /* How often a create is retried when its parent keeps vanishing. */
 #define MAX_CREATE_TRIES 10
@@ -193,6 +208,233 @@ release_xact_holds(void)
 	}
 }
 
+
+static void
+mark_lost(ZklLock *lock, ZklLost why)
+{
+	if (lock->lost == ZKL_LOST_NONE)
+	{
+		lock->lost = why;
+		n_lost++;
+	}
+}
+
+/* A lock whose session ended is lost; no round trip needed to know. */
+static void
+mark_if_session_lost(ZklLock *lock)
+{
+	if (lock->session_id != zks_session_id() || zks_session_expired())
+		mark_lost(lock, ZKL_LOST_SESSION);
+}
+
+typedef struct NodeCheck
+{
+	ZklLock    *lock;
+	ZksRequest *req;
+	bool		done;
+} NodeCheck;
+
+typedef struct CheckRound
+{
+	NodeCheck  *checks;
+	int			n;
+	ZksRequest *sync;
+} CheckRound;
+
+static void
+end_round(CheckRound *r)
+{
+	zks_done(r->sync);
+	r->sync = NULL;
+	for (int i = 0; i < r->n; i++)
+	{
+		zks_done(r->checks[i].req);
+		r->checks[i].req = NULL;
+	}
+}
+
+/*
+ * One round: a sync (so a follower answers with the leader's view) and an
+ * exists per unconfirmed node, sent back to back.  Returns false if the
+ * round must be repeated after a reconnect, and sets *timedout if the
+ * deadline passed.
+ */
+static bool
+check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
+{
+	int64		sid = zks_session_id();
+	bool		complete = true;
+	ZksRc		rc;
+
+	r->sync = zks_send_sync("/");
+	for (int i = 0; i < r->n; i++)
+		if (!r->checks[i].done)
+			r->checks[i].req = zks_send_exists(r->checks[i].lock->node, false);
+
+	rc = zks_wait(r->sync, deadline);
+	if (rc == ZKS_TIMEDOUT)
+	{
+		*timedout = true;
+		return false;
+	}
+	for (int i = 0; i < r->n; i++)
+	{
+		NodeCheck  *c = &r->checks[i];
+		ZksStat		st;
+
+		if (c->done)
+			continue;
+		rc = zks_wait(c->req, deadline);
+		switch (rc)
+		{
+			case ZKS_OK:
+				zks_get_stat(c->req, &st);
+				if (st.ephemeral_owner != sid || st.czxid != c->lock->token)
+					mark_lost(c->lock, ZKL_LOST_DELETED);
+				c->done = true;
+				break;
+			case ZKS_NONODE:
+				mark_lost(c->lock, ZKL_LOST_DELETED);
+				c->done = true;
+				break;
+			case ZKS_SESSION_EXPIRED:
+				mark_lost(c->lock, ZKL_LOST_SESSION);
+				c->done = true;
+				break;
+			case ZKS_TIMEDOUT:
+				*timedout = true;
+				return false;
+			default:
+				complete = false;	/* connection lost: ask again */
+				break;
+		}
+	}
+	return complete;
+}
+
+/*
+ * Confirm with the ensemble that every held node still exists, belongs to
+ * this session and is the node we were granted; mark the others lost.
+ * While the connection is down, wait for it until deadline (if
+ * wait_for_connection).  Returns false if the answer could not be had in
+ * time: nothing is confirmed then, and a caller about to commit must fail.
+ */
+static bool
+confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
+{
+	HASH_SEQ_STATUS status;
+	ZklLock    *lock;
+	CheckRound	r;
+	bool		confirmed = false;
+
+	r.checks = palloc0(sizeof(NodeCheck) * (hash_get_num_entries(lock_table) + 1));
+	r.n = 0;
+	r.sync = NULL;
+	hash_seq_init(&status, lock_table);
+	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+	{
+		mark_if_session_lost(lock);
+		if (lock->lost == ZKL_LOST_NONE)
+			r.checks[r.n++].lock = lock;
+	}
+	if (r.n == 0)
+		return true;
+	if (!wait_for_connection && !zks_is_connected())
+		return false;
+
+	PG_TRY();
+	{
+		for (;;)
+		{
+			bool		timedout = false;
+			ZksRc		rc = zks_await_connection(deadline);
+
+			if (rc == ZKS_SESSION_EXPIRED || rc == ZKS_NOAUTH)
+			{
+				for (int i = 0; i < r.n; i++)
+					mark_lost(r.checks[i].lock, ZKL_LOST_SESSION);
+				confirmed = true;
+				break;
+			}
+			if (rc != ZKS_OK)
+				break;
+			if (check_round(&r, deadline, &timedout))
+			{
+				confirmed = true;
+				break;
+			}
+			end_round(&r);
+			if (timedout)
+				break;
+		}
+	}
+	PG_FINALLY();
+	{
+		end_round(&r);
+	}
+	PG_END_TRY();
+	pfree(r.checks);
+	return confirmed;
+}
+
+static void
+lost_error(ZklLock *lock)
+{
+	bool		session_scope = lock->session_count > 0;
+
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("%s zklock on \"%s\" was lost",
+					zkr_mode_name(lock->key.mode), lock->key.resource),
+			 lock->lost == ZKL_LOST_SESSION ?
+			 errdetail("The ZooKeeper session that held node \"%s\" expired.",
+					   lock->node) :
+			 errdetail("Node \"%s\" was deleted from ZooKeeper while the lock was held.",
+					   lock->node),
+			 session_scope ?
+			 errhint("Acknowledge the loss with zk_unlock('%s') or zk_unlock_all(); until then every commit of this session fails.",
+					 lock->key.resource) :
+			 errhint("The transaction cannot commit: another holder may have run meanwhile.")));
+}
+
+/*
+ * Before COMMIT: a transaction that relied on a lock that is gone must not
+ * commit.  Known losses fail at once; with zklock.verify_at_commit, every
+ * held node is confirmed with the ensemble first (one round trip), waiting
+ * through a suspended connection at most one session timeout, and failing
+ * closed if no answer comes.
+ */
+static void
+verify_before_commit(void)
+{
+	HASH_SEQ_STATUS status;
+	ZklLock    *lock;
+	bool		confirmed = true;
+
+	if (zklock_verify_at_commit)
+		confirmed = confirm_held_nodes(
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										zks_negotiated_timeout()), true);
+
+	hash_seq_init(&status, lock_table);
+	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+	{
+		mark_if_session_lost(lock);
+		if (lock->lost != ZKL_LOST_NONE)
+		{
+			hash_seq_term(&status);
+			lost_error(lock);
+		}
+	}
+	if (!confirmed)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not confirm zklock locks with ZooKeeper before commit"),
+				 errdetail("No server of \"%s\" answered within the session timeout (%d ms); the locks may be lost.",
+						   zklock_hosts, zks_negotiated_timeout()),
+				 errhint("Set \"zklock.verify_at_commit\" to off to commit without this check.")));
+}
+
 static void
 zkl_xact_callback(XactEvent event, void *arg)
 {
@@ -201,6 +443,9 @@ zkl_xact_callback(XactEvent event, void *arg)
 
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+			verify_before_commit();
+			break;
 		case XACT_EVENT_PRE_PREPARE:
 			{
 				HASH_SEQ_STATUS status;
@@ -627,6 +872,7 @@ run_attempt(Attempt *a)
 		 * gone, list again at once: it may have given up rather than
 		 * released, and whoever precedes it is now in our way.
 		 */
+		a->waited = true;
 		pred = psprintf("%s/%s", a->parent, cs[d.predecessor].name);
 		seen = zks_watch_counter();
 		a->ereq = zks_send_exists(pred, true);
@@ -698,13 +944,9 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	/* Re-entrant: the same node serves every hold of resource and mode. */
 	if (lock != NULL)
 	{
-		if (lock->session_id != zks_session_id())
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("%s zklock on \"%s\" was lost",
-							zkr_mode_name(mode), resource),
-					 errdetail("The ZooKeeper session that held it ended."),
-					 errhint("Release it with zk_unlock_all() or end the transaction, then lock again.")));
+		mark_if_session_lost(lock);
+		if (lock->lost != ZKL_LOST_NONE)
+			lost_error(lock);
 		add_hold(lock, scope);
 		*token = lock->token;
 		return true;
@@ -740,7 +982,8 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	a.data = owner_line();
 	other = find_lock(resource, mode == ZKR_MODE_EXCLUSIVE ?
 					  ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
-	if (other != NULL && other->session_id == zks_session_id())
+	if (other != NULL && other->session_id == zks_session_id() &&
+		other->lost == ZKL_LOST_NONE)
 		a.own_other = other->name;
 
 	PG_TRY();
@@ -772,12 +1015,16 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	lock->sweep = a.uncertain;
 	lock->token = a.token;
 	lock->session_id = zks_session_id();
+	lock->lost = ZKL_LOST_NONE;
 	lock->since = GetCurrentTimestamp();
 	lock->session_count = 0;
 	lock->xact_count = 0;
 	lock->xact_cap = 0;
 	lock->xact_subids = NULL;
 	add_hold(lock, scope);
+	n_grants++;
+	if (a.waited)
+		n_waits++;
 
 	*token = lock->token;
 	return true;
@@ -798,7 +1045,11 @@ zkl_release_session(const char *resource, ZkrMode mode)
 				 errdetail("It is held at transaction level, which is released only when the transaction ends.") : 0));
 		return false;
 	}
-	lock->session_count--;
+	mark_if_session_lost(lock);
+	if (lock->lost != ZKL_LOST_NONE)
+		lock->session_count = 0;	/* acknowledged: every level is gone */
+	else
+		lock->session_count--;
 	release_if_unused(lock);
 	return true;
 }
@@ -826,7 +1077,12 @@ zkl_snapshot(int *n)
 	ZklLock    *lock;
 	ZklLockInfo *rows;
 	int			k = 0;
-	int64		sid = zks_session_id();
+
+	/* what is gone shows as lost: ask the ensemble if it is at hand */
+	if (have_locks())
+		(void) confirm_held_nodes(
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										zklock_connect_timeout), false);
 
 	rows = palloc(sizeof(ZklLockInfo) * (2 * hash_get_num_entries(lock_table) + 1));
 	hash_seq_init(&status, lock_table);
@@ -845,11 +1101,26 @@ zkl_snapshot(int *n)
 			rows[k].count = count;
 			rows[k].node = pstrdup(lock->node);
 			rows[k].token = lock->token;
-			rows[k].lost = (lock->session_id != sid);
+			rows[k].lost = (lock->lost != ZKL_LOST_NONE);
 			rows[k].since = lock->since;
 			k++;
 		}
 	}
 	*n = k;
 	return rows;
+}
+
+bool
+zkl_have_locks(void)
+{
+	return have_locks();
+}
+
+void
+zkl_counters(ZklCounters *c)
+{
+	c->locks_held = have_locks() ? hash_get_num_entries(lock_table) : 0;
+	c->grants = n_grants;
+	c->waits = n_waits;
+	c->lost = n_lost;
 }

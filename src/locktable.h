@@ -53,8 +53,26 @@ extern bool zkl_release_session(const char *resource, ZkrMode mode);
 /* Release every session-level hold of this backend. */
 extern void zkl_release_all_session(void);
 
-/* Snapshot of this backend's locks, palloc'd; *n rows. */
+/*
+ * Snapshot of this backend's locks, palloc'd; *n rows.  Held nodes are
+ * confirmed with the ensemble first when connected (one round trip), so
+ * a deleted node shows as lost.
+ */
 extern ZklLockInfo *zkl_snapshot(int *n);
+
+/* Counters for zk_status(). */
+typedef struct ZklCounters
+{
+	int			locks_held;		/* nodes held (each resource and mode) */
+	uint64		grants;			/* nodes granted */
+	uint64		waits;			/* grants that had to wait */
+	uint64		lost;			/* locks found lost */
+} ZklCounters;
+
+extern void zkl_counters(ZklCounters *c);
+
+/* Does this backend hold any zklock lock? */
+extern bool zkl_have_locks(void);
 
 extern const char *zkl_scope_name(ZklScope scope);
 

@@ -31,6 +31,8 @@
  */
 #include "postgres.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -57,7 +59,9 @@ typedef enum ReqKind
 {
 	KIND_CREATE,
 	KIND_CHILDREN,
-	KIND_EXISTS
+	KIND_EXISTS,
+	KIND_GET,
+	KIND_SYNC
 } ReqKind;
 
 struct ZksRequest
@@ -73,6 +77,8 @@ struct ZksRequest
 	bool		has_stat;
 	char	  **children;		/* children: names (malloc) */
 	int			nchildren;
+	char	   *value;			/* get: the node's data (malloc) */
+	int			value_len;
 };
 
 /*
@@ -95,6 +101,8 @@ static bool zh_closing = false;
 static int	zk_state = 0;		/* last state seen by the watcher */
 static uint64 state_counter = 0;	/* session events seen */
 static uint64 watch_counter = 0;	/* watch events seen */
+static uint64 reconnects = 0;	/* connections re-established */
+static bool ever_connected = false;	/* a CONNECTED event was seen */
 static CleanupTask *tasks = NULL;
 
 /* Backend-only state. */
@@ -261,7 +269,12 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 		zk_state = state;
 		state_counter++;
 		if (state == ZOO_CONNECTED_STATE)
+		{
+			if (ever_connected)
+				reconnects++;
+			ever_connected = true;
 			resubmit_tasks_locked();
+		}
 		else if (state == ZOO_EXPIRED_SESSION_STATE ||
 				 state == ZOO_AUTH_FAILED_STATE)
 			drop_tasks_locked();
@@ -277,6 +290,7 @@ free_request(ZksRequest *req)
 {
 	free(req->path);
 	free(req->created);
+	free(req->value);
 	if (req->children != NULL)
 	{
 		for (int i = 0; i < req->nchildren; i++)
@@ -399,6 +413,43 @@ exists_completion(int rc, const struct Stat *stat, const void *data)
 		{
 			req->stat = *stat;
 			req->has_stat = true;
+		}
+		req->state = REQ_DONE;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	wake_backend();
+}
+
+static void
+get_completion(int rc, const char *value, int value_len,
+			   const struct Stat *stat, const void *data)
+{
+	ZksRequest *req = (ZksRequest *) data;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (req->state == REQ_ABANDONED)
+		free_request(req);
+	else
+	{
+		req->zrc = rc;
+		if (rc == ZOK)
+		{
+			if (stat != NULL)
+			{
+				req->stat = *stat;
+				req->has_stat = true;
+			}
+			if (value != NULL && value_len > 0)
+			{
+				req->value = malloc(value_len);
+				if (req->value == NULL)
+					req->zrc = ZSYSTEMERROR;
+				else
+				{
+					memcpy(req->value, value, value_len);
+					req->value_len = value_len;
+				}
+			}
 		}
 		req->state = REQ_DONE;
 	}
@@ -606,28 +657,45 @@ session_expired_error(void)
 			 errhint("The next zklock call opens a new session.")));
 }
 
-bool
-zks_reconnect_wait(TimestampTz deadline)
+ZksRc
+zks_await_connection(TimestampTz deadline)
 {
 	for (;;)
 	{
 		int			st = current_state();
 
-		if (zh == NULL)
-			session_expired_error();
-		if (st == ZOO_CONNECTED_STATE)
-			return true;
-		if (st == ZOO_EXPIRED_SESSION_STATE)
-			session_expired_error();
+		if (zh == NULL || st == ZOO_EXPIRED_SESSION_STATE)
+			return ZKS_SESSION_EXPIRED;
 		if (st == ZOO_AUTH_FAILED_STATE)
+			return ZKS_NOAUTH;
+		if (st == ZOO_CONNECTED_STATE)
+			return ZKS_OK;
+		if (deadline_passed(deadline))
+			return ZKS_TIMEDOUT;
+		sleep_on_latch(deadline);
+	}
+}
+
+bool
+zks_reconnect_wait(TimestampTz deadline)
+{
+	switch (zks_await_connection(deadline))
+	{
+		case ZKS_OK:
+			return true;
+		case ZKS_SESSION_EXPIRED:
+			session_expired_error();
+			break;
+		case ZKS_NOAUTH:
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
 					 errmsg("ZooKeeper authentication failed for \"%s\"",
 							zh_hosts)));
-		if (deadline_passed(deadline))
-			return false;
-		sleep_on_latch(deadline);
+			break;
+		default:
+			break;
 	}
+	return false;
 }
 
 void
@@ -755,6 +823,51 @@ zks_send_exists(const char *path, bool watch)
 	return req;
 }
 
+ZksRequest *
+zks_send_get(const char *path)
+{
+	ZksRequest *req = new_request(KIND_GET, path);
+
+	if (zh == NULL)
+	{
+		sent(req, ZINVALIDSTATE);
+		return req;
+	}
+	sent(req, zoo_aget(zh, path, 0, get_completion, req));
+	return req;
+}
+
+static void
+sync_completion(int rc, const char *value, const void *data)
+{
+	ZksRequest *req = (ZksRequest *) data;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (req->state == REQ_ABANDONED)
+		free_request(req);
+	else
+	{
+		req->zrc = rc;
+		req->state = REQ_DONE;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	wake_backend();
+}
+
+ZksRequest *
+zks_send_sync(const char *path)
+{
+	ZksRequest *req = new_request(KIND_SYNC, path);
+
+	if (zh == NULL)
+	{
+		sent(req, ZINVALIDSTATE);
+		return req;
+	}
+	sent(req, zoo_async(zh, path, sync_completion, req));
+	return req;
+}
+
 ZksRc
 zks_wait(ZksRequest *req, TimestampTz deadline)
 {
@@ -804,6 +917,20 @@ zks_get_stat(ZksRequest *req, ZksStat *stat)
 	Assert(req->state == REQ_DONE && req->has_stat);
 	stat->czxid = req->stat.czxid;
 	stat->ephemeral_owner = req->stat.ephemeralOwner;
+}
+
+char *
+zks_get_data(ZksRequest *req, int *len)
+{
+	char	   *out;
+
+	Assert(req->state == REQ_DONE && req->zrc == ZOK);
+	out = palloc(req->value_len + 1);
+	if (req->value_len > 0)
+		memcpy(out, req->value, req->value_len);
+	out[req->value_len] = '\0';
+	*len = req->value_len;
+	return out;
 }
 
 char **
@@ -902,6 +1029,76 @@ bool
 zks_is_connected(void)
 {
 	return zh != NULL && current_state() == ZOO_CONNECTED_STATE;
+}
+
+void
+zks_get_status(ZksStatus *status)
+{
+	int			st = current_state();
+
+	memset(status, 0, sizeof(ZksStatus));
+	pthread_mutex_lock(&zks_mutex);
+	status->reconnects = reconnects;
+	pthread_mutex_unlock(&zks_mutex);
+
+	if (zh == NULL)
+	{
+		status->state = "none";
+		return;
+	}
+	if (st == ZOO_CONNECTED_STATE)
+		status->state = "connected";
+	else if (st == ZOO_EXPIRED_SESSION_STATE)
+		status->state = "expired";
+	else if (st == ZOO_AUTH_FAILED_STATE)
+		status->state = "auth_failed";
+	else
+		status->state = "connecting";
+	status->session_id = zks_session_id();
+	status->timeout_ms = zoo_recv_timeout(zh);
+	if (st == ZOO_CONNECTED_STATE)
+	{
+		struct sockaddr_storage addr;
+		socklen_t	len = sizeof(addr);
+		char		host[INET6_ADDRSTRLEN];
+
+		if (zookeeper_get_connected_host(zh, (struct sockaddr *) &addr, &len) != NULL)
+		{
+			if (addr.ss_family == AF_INET)
+			{
+				struct sockaddr_in *in = (struct sockaddr_in *) &addr;
+
+				inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+				snprintf(status->server, sizeof(status->server), "%s:%d",
+						 host, ntohs(in->sin_port));
+			}
+			else if (addr.ss_family == AF_INET6)
+			{
+				struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &addr;
+
+				inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+				snprintf(status->server, sizeof(status->server), "[%s]:%d",
+						 host, ntohs(in6->sin6_port));
+			}
+		}
+	}
+}
+
+bool
+zks_session_expired(void)
+{
+	int			st = current_state();
+
+	return zh != NULL && (st == ZOO_EXPIRED_SESSION_STATE ||
+						  st == ZOO_AUTH_FAILED_STATE);
+}
+
+int
+zks_negotiated_timeout(void)
+{
+	int			t = zh != NULL ? zoo_recv_timeout(zh) : 0;
+
+	return t > 0 ? t : zklock_session_timeout;
 }
 
 int64

@@ -65,6 +65,9 @@ extern void zks_connect(bool may_reconnect);
  * (returns false then).  Raises ERROR if the session expired.
  */
 extern bool zks_reconnect_wait(TimestampTz deadline);
+
+/* The same without ERROR: ZKS_OK, ZKS_TIMEDOUT, ZKS_SESSION_EXPIRED, ZKS_NOAUTH. */
+extern ZksRc zks_await_connection(TimestampTz deadline);
 extern bool zks_is_connected(void);
 
 /* Requests; the returned object belongs to the caller until zks_done(). */
@@ -72,6 +75,13 @@ extern ZksRequest *zks_send_create(const char *path, const char *data,
 								   int datalen, ZksCreateMode mode);
 extern ZksRequest *zks_send_children(const char *path);
 extern ZksRequest *zks_send_exists(const char *path, bool watch);
+extern ZksRequest *zks_send_get(const char *path);
+
+/*
+ * Bring the connected server up to date with the leader (ZooKeeper's
+ * "sync"), so that the reads sent behind it see every committed change.
+ */
+extern ZksRequest *zks_send_sync(const char *path);
 
 /*
  * Wait for a request's reply until deadline (0 = no deadline of our own:
@@ -86,6 +96,7 @@ extern ZksRc zks_wait(ZksRequest *req, TimestampTz deadline);
 extern char *zks_take_created_path(ZksRequest *req);
 extern void zks_get_stat(ZksRequest *req, ZksStat *stat);
 extern char **zks_get_children(ZksRequest *req, int *count);
+extern char *zks_get_data(ZksRequest *req, int *len);	/* NUL-terminated */
 
 /*
  * The caller takes charge of whatever node a create made (or may have
@@ -126,6 +137,25 @@ extern bool zks_wait_event(uint64 seen, TimestampTz deadline);
 
 /* The current session's id (0 if none), for ownership checks. */
 extern int64 zks_session_id(void);
+
+/* Has the server declared the session over (expired, auth failed)? */
+extern bool zks_session_expired(void);
+
+/* Session timeout the server granted (the requested one before that). */
+extern int	zks_negotiated_timeout(void);
+
+/* For zk_status(). */
+typedef struct ZksStatus
+{
+	const char *state;			/* none, connecting, connected, expired,
+								 * auth_failed */
+	int64		session_id;
+	int			timeout_ms;		/* negotiated */
+	char		server[64];		/* host:port connected to, or "" */
+	uint64		reconnects;
+} ZksStatus;
+
+extern void zks_get_status(ZksStatus *status);
 
 /* Text of an outcome, for messages. */
 extern const char *zks_rc_text(ZksRc rc);

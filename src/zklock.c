@@ -27,6 +27,7 @@ char	   *zklock_hosts = NULL;
 char	   *zklock_root = NULL;
 int			zklock_session_timeout = 10000;
 int			zklock_connect_timeout = 5000;
+bool		zklock_verify_at_commit = true;
 
 void		_PG_init(void);
 
@@ -126,6 +127,15 @@ _PG_init(void)
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("zklock.verify_at_commit",
+							 "Confirms with ZooKeeper before COMMIT that every held zklock lock is still held.",
+							 "One round trip per commit while this backend holds a zklock lock; a lock found lost fails the COMMIT with SQLSTATE 40001.",
+							 &zklock_verify_at_commit,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("zklock");
 

@@ -15,5 +15,6 @@ extern char *zklock_hosts;
 extern char *zklock_root;
 extern int	zklock_session_timeout;	/* ms */
 extern int	zklock_connect_timeout;	/* ms */
+extern bool zklock_verify_at_commit;
 
 #endif							/* ZKLOCK_H */
