@@ -19,6 +19,9 @@ ifneq ($(PGXS),)
 include $(PGXS)
 endif
 
+# PGXS tracks no header dependencies: rebuild everything when one changes.
+$(OBJS): $(wildcard src/*.h)
+
 .PHONY: test unit regress-list
 
 # The one command: installs missing Debian packages, builds, installs,

@@ -15,6 +15,7 @@
  */
 #include "postgres.h"
 
+#include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -103,8 +104,16 @@ timeout_arg(FunctionCallInfo fcinfo)
 	if (PG_NARGS() < 2 || PG_ARGISNULL(1))
 		return -1;
 	iv = PG_GETARG_INTERVAL_P(1);
-	us = iv->time + (int64) iv->day * USECS_PER_DAY +
-		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	if (pg_mul_s64_overflow((int64) iv->month * DAYS_PER_MONTH + iv->day,
+							USECS_PER_DAY, &us) ||
+		pg_add_s64_overflow(us, iv->time, &us))
+	{
+		/* beyond any real wait: the sign still matters */
+		if (iv->month < 0 || iv->day < 0 || iv->time < 0)
+			us = -1;
+		else
+			return -1;
+	}
 	if (us < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -246,39 +255,30 @@ session_id_datum(int64 id)
 }
 
 /*
- * A node's data as text: as is when it is UTF-8 (converted to the database
- * encoding), otherwise hex in bytea's output form, so binary data from
- * another client can neither fail the query nor smuggle bytes.
+ * A node's data as text: as is when it is UTF-8 that the database encoding
+ * can hold (any UTF-8 in a UTF-8 database, ASCII in any), otherwise hex in
+ * bytea's output form, so binary data from another client can neither fail
+ * the query nor smuggle bytes.
  */
 static Datum
 owner_datum(const char *data, int len)
 {
-	if (pg_verify_mbstr(PG_UTF8, data, len, true))
-	{
-		char	   *conv = NULL;
+	StringInfoData buf;
+	bool		ascii = true;
 
-		PG_TRY();
-		{
-			conv = pg_any_to_server(data, len, PG_UTF8);
-		}
-		PG_CATCH();
-		{
-			FlushErrorState();
-			conv = NULL;
-		}
-		PG_END_TRY();
-		if (conv != NULL)
-			return CStringGetTextDatum(conv);
-	}
-	{
-		StringInfoData buf;
+	for (int i = 0; i < len; i++)
+		if ((unsigned char) data[i] >= 0x80)
+			ascii = false;
 
-		initStringInfo(&buf);
-		appendStringInfoString(&buf, "\\x");
-		for (int i = 0; i < len; i++)
-			appendStringInfo(&buf, "%02x", (unsigned char) data[i]);
-		return CStringGetTextDatum(buf.data);
-	}
+	if (pg_verify_mbstr(PG_UTF8, data, len, true) &&
+		(ascii || GetDatabaseEncoding() == PG_UTF8))
+		return PointerGetDatum(cstring_to_text_with_len(data, len));
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "\\x");
+	for (int i = 0; i < len; i++)
+		appendStringInfo(&buf, "%02x", (unsigned char) data[i]);
+	return CStringGetTextDatum(buf.data);
 }
 
 /* zk_lock_queue(resource): the lock's whole queue, every client included. */

@@ -89,6 +89,7 @@ typedef struct Attempt
 	char		prefix[ZKR_MAX_PREFIX_BYTES];
 	char	   *data;			/* the node's data: its owner */
 	const char *own_other;		/* our node for the other mode, if any */
+	const char *own_other_prefix;	/* its prefix, if it may have strays */
 	TimestampTz deadline;		/* 0: none */
 	int64		deadline_ms;	/* the limit that set the deadline */
 	bool		by_lock_timeout;
@@ -179,8 +180,11 @@ release_if_unused(ZklLock *lock)
 	if (lock->session_count > 0 || lock->xact_count > 0)
 		return;
 
-	/* A node of a session that is gone went with it. */
-	if (lock->session_id == zks_session_id())
+	/*
+	 * A node of a session that is gone went with it; a node found deleted
+	 * or replaced is not ours to delete.
+	 */
+	if (lock->session_id == zks_session_id() && lock->lost == ZKL_LOST_NONE)
 	{
 		zks_delete_async(lock->node);
 		if (lock->sweep)
@@ -272,7 +276,7 @@ check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
 			r->checks[i].req = zks_send_exists(r->checks[i].lock->node, false);
 
 	rc = zks_wait(r->sync, deadline);
-	if (rc == ZKS_TIMEDOUT)
+	if (rc != ZKS_OK && rc != ZKS_CONNECTION_LOSS)
 	{
 		*timedout = true;
 		return false;
@@ -301,12 +305,13 @@ check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
 				mark_lost(c->lock, ZKL_LOST_SESSION);
 				c->done = true;
 				break;
-			case ZKS_TIMEDOUT:
+			case ZKS_CONNECTION_LOSS:
+				complete = false;	/* ask again after the reconnect */
+				break;
+			default:
+				/* timed out, or an error asking again would not cure */
 				*timedout = true;
 				return false;
-			default:
-				complete = false;	/* connection lost: ask again */
-				break;
 		}
 	}
 	return complete;
@@ -337,10 +342,11 @@ confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
 		if (lock->lost == ZKL_LOST_NONE)
 			r.checks[r.n++].lock = lock;
 	}
-	if (r.n == 0)
-		return true;
-	if (!wait_for_connection && !zks_is_connected())
-		return false;
+	if (r.n == 0 || (!wait_for_connection && !zks_is_connected()))
+	{
+		pfree(r.checks);
+		return r.n == 0;
+	}
 
 	PG_TRY();
 	{
@@ -601,7 +607,7 @@ await_reconnect(Attempt *a)
 	if (lock_deadline_first)
 		timeout_error(a);
 	ereport(ERROR,
-			(errcode(ERRCODE_CONNECTION_FAILURE),
+			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 			 errmsg("lost connection to ZooKeeper ensemble \"%s\" while locking \"%s\"",
 					zklock_hosts, a->resource),
 			 errdetail("No server answered within \"zklock.connect_timeout\" (%d ms).",
@@ -689,9 +695,22 @@ recover_create(Attempt *a)
 
 	for (;;)
 	{
+		ZksRc		src;
+
 		await_reconnect(a);
+
+		/*
+		 * We may now talk to a follower that has not applied the create
+		 * yet (we never saw its zxid): sync it with the leader first, or
+		 * the listing could miss the node and we would create a second.
+		 */
+		a->ereq = zks_send_sync(a->parent);
 		a->lreq = zks_send_children(a->parent);
+		src = await_reply(a, a->ereq);
+		done_req(&a->ereq);
 		rc = await_reply(a, a->lreq);
+		if (rc == ZKS_OK && src == ZKS_CONNECTION_LOSS)
+			rc = ZKS_CONNECTION_LOSS;
 		if (rc == ZKS_CONNECTION_LOSS)
 		{
 			done_req(&a->lreq);
@@ -827,7 +846,7 @@ run_attempt(Attempt *a)
 		int			nown = 0;
 		ZkrDecision d;
 		char	   *pred;
-		uint64		seen;
+		ZksEventMark seen;
 
 		rc = await_reply(a, a->lreq);
 		if (rc == ZKS_CONNECTION_LOSS)
@@ -851,8 +870,10 @@ run_attempt(Attempt *a)
 		if (a->own_other)
 			own[nown++] = a->own_other;
 		for (int i = 0; i < ncs; i++)
-			if (zkr_has_prefix(cs[i].name, a->prefix) &&
-				strcmp(cs[i].name, a->name) != 0)
+			if ((zkr_has_prefix(cs[i].name, a->prefix) &&
+				 strcmp(cs[i].name, a->name) != 0) ||
+				(a->own_other_prefix &&
+				 zkr_has_prefix(cs[i].name, a->own_other_prefix)))
 				own[nown++] = cs[i].name;
 
 		d = zkr_decide(cs, ncs, a->name, a->mode, own, nown);
@@ -874,7 +895,7 @@ run_attempt(Attempt *a)
 		 */
 		a->waited = true;
 		pred = psprintf("%s/%s", a->parent, cs[d.predecessor].name);
-		seen = zks_watch_counter();
+		seen = zks_event_mark();
 		a->ereq = zks_send_exists(pred, true);
 		rc = await_reply(a, a->ereq);
 		done_req(&a->ereq);
@@ -984,11 +1005,43 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 					  ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
 	if (other != NULL && other->session_id == zks_session_id() &&
 		other->lost == ZKL_LOST_NONE)
+	{
 		a.own_other = other->name;
+		if (other->sweep)
+			a.own_other_prefix = other->prefix;
+	}
 
+	lock = NULL;
 	PG_TRY();
 	{
 		granted = run_attempt(&a);
+		if (granted)
+		{
+			/* everything that can fail happens before the entry is live */
+			char	   *parent = MemoryContextStrdup(TopMemoryContext, a.parent);
+			char	   *node = MemoryContextStrdup(TopMemoryContext, a.node);
+			char	   *prefix = MemoryContextStrdup(TopMemoryContext, a.prefix);
+			SubTransactionId *subids = MemoryContextAlloc(TopMemoryContext,
+														  4 * sizeof(SubTransactionId));
+
+			make_key(&key, resource, mode);
+			lock = (ZklLock *) hash_search(lock_table, &key, HASH_ENTER, &found);
+			Assert(!found);
+			lock->parent = parent;
+			lock->node = node;
+			lock->name = strrchr(lock->node, '/') + 1;
+			lock->prefix = prefix;
+			lock->sweep = a.uncertain;
+			lock->token = a.token;
+			lock->session_id = zks_session_id();
+			lock->lost = ZKL_LOST_NONE;
+			lock->since = GetCurrentTimestamp();
+			lock->session_count = 0;
+			lock->xact_count = 0;
+			lock->xact_cap = 4;
+			lock->xact_subids = subids;
+			add_hold(lock, scope);	/* cannot fail: room for 4 */
+		}
 	}
 	PG_CATCH();
 	{
@@ -1005,23 +1058,10 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 		return false;
 	}
 
-	make_key(&key, resource, mode);
-	lock = (ZklLock *) hash_search(lock_table, &key, HASH_ENTER, &found);
-	Assert(!found);
-	lock->parent = MemoryContextStrdup(TopMemoryContext, a.parent);
-	lock->node = MemoryContextStrdup(TopMemoryContext, a.node);
-	lock->name = strrchr(lock->node, '/') + 1;
-	lock->prefix = MemoryContextStrdup(TopMemoryContext, a.prefix);
-	lock->sweep = a.uncertain;
-	lock->token = a.token;
-	lock->session_id = zks_session_id();
-	lock->lost = ZKL_LOST_NONE;
-	lock->since = GetCurrentTimestamp();
-	lock->session_count = 0;
-	lock->xact_count = 0;
-	lock->xact_cap = 0;
-	lock->xact_subids = NULL;
-	add_hold(lock, scope);
+	/* the node now belongs to the entry */
+	zks_done(a.creq);
+	zks_done(a.lreq);
+	zks_done(a.ereq);
 	n_grants++;
 	if (a.waited)
 		n_waits++;

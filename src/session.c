@@ -79,6 +79,8 @@ struct ZksRequest
 	int			nchildren;
 	char	   *value;			/* get: the node's data (malloc) */
 	int			value_len;
+	struct ZksRequest *prev;	/* in the abandoned list */
+	struct ZksRequest *next;
 };
 
 /*
@@ -90,6 +92,7 @@ typedef struct CleanupTask
 {
 	struct CleanupTask *next;
 	bool		in_flight;		/* sent, reply awaited */
+	bool		dead;			/* session gone: free at the reply */
 	char	   *path;			/* node to delete, or parent to sweep */
 	char	   *prefix;			/* non-NULL for a sweep */
 } CleanupTask;
@@ -104,6 +107,14 @@ static uint64 watch_counter = 0;	/* watch events seen */
 static uint64 reconnects = 0;	/* connections re-established */
 static bool ever_connected = false;	/* a CONNECTED event was seen */
 static CleanupTask *tasks = NULL;
+
+/*
+ * Requests the backend gave up on while their reply was outstanding.  Their
+ * completion frees them; those whose completion never runs (zookeeper_close
+ * does not promise to call them) are freed once the handle is closed and
+ * the library's threads are gone.
+ */
+static ZksRequest *abandoned = NULL;
 
 /* Backend-only state. */
 static char *zh_hosts = NULL;	/* settings the handle was made with */
@@ -149,8 +160,36 @@ unlink_task_locked(CleanupTask *t)
 	}
 }
 
+/*
+ * The session is gone and its nodes with it: forget the clean-ups.  One in
+ * flight still has a completion to come that points at it, so it is only
+ * marked dead here and freed by that completion.
+ */
 static void
 drop_tasks_locked(void)
+{
+	CleanupTask **p = &tasks;
+
+	while (*p != NULL)
+	{
+		CleanupTask *t = *p;
+
+		if (t->in_flight)
+		{
+			t->dead = true;
+			p = &t->next;
+		}
+		else
+		{
+			*p = t->next;
+			free_task(t);
+		}
+	}
+}
+
+/* After zookeeper_close: no completion will run any more. */
+static void
+free_all_tasks_locked(void)
 {
 	while (tasks != NULL)
 	{
@@ -193,7 +232,7 @@ delete_task_completion(int rc, const void *data)
 	CleanupTask *t = (CleanupTask *) data;
 
 	pthread_mutex_lock(&zks_mutex);
-	if (is_connection_loss(rc) && !zh_closing)
+	if (is_connection_loss(rc) && !zh_closing && !t->dead)
 		t->in_flight = false;	/* re-sent after the reconnect */
 	else
 		unlink_task_locked(t);	/* done, gone, or the session is gone */
@@ -207,11 +246,11 @@ sweep_task_completion(int rc, const struct String_vector *strings,
 	CleanupTask *t = (CleanupTask *) data;
 
 	pthread_mutex_lock(&zks_mutex);
-	if (is_connection_loss(rc) && !zh_closing)
+	if (is_connection_loss(rc) && !zh_closing && !t->dead)
 		t->in_flight = false;
 	else
 	{
-		if (rc == ZOK && !zh_closing)
+		if (rc == ZOK && !zh_closing && !t->dead)
 		{
 			size_t		plen = strlen(t->prefix);
 
@@ -219,12 +258,16 @@ sweep_task_completion(int rc, const struct String_vector *strings,
 			{
 				if (strncmp(strings->data[i], t->prefix, plen) == 0)
 				{
-					size_t		len = strlen(t->path) + strlen(strings->data[i]) + 2;
-					char	   *child = malloc(len);
+					size_t		plen2 = strlen(t->path);
+					size_t		clen = strlen(strings->data[i]);
+					char	   *child = malloc(plen2 + clen + 2);
 
+					/* (no snprintf: it is PostgreSQL's here) */
 					if (child == NULL)
 						continue;
-					snprintf(child, len, "%s/%s", t->path, strings->data[i]);
+					memcpy(child, t->path, plen2);
+					child[plen2] = '/';
+					memcpy(child + plen2 + 1, strings->data[i], clen + 1);
 					add_task_locked(child, NULL);
 					free(child);
 				}
@@ -240,7 +283,8 @@ submit_task_locked(CleanupTask *t)
 {
 	int			rc;
 
-	if (zh == NULL || zh_closing || t->in_flight || zk_state != ZOO_CONNECTED_STATE)
+	if (zh == NULL || zh_closing || t->in_flight || t->dead ||
+		zk_state != ZOO_CONNECTED_STATE)
 		return;
 	t->in_flight = true;
 	if (t->prefix != NULL)
@@ -300,6 +344,29 @@ free_request(ZksRequest *req)
 	free(req);
 }
 
+static void
+link_abandoned_locked(ZksRequest *req)
+{
+	req->state = REQ_ABANDONED;
+	req->prev = NULL;
+	req->next = abandoned;
+	if (abandoned)
+		abandoned->prev = req;
+	abandoned = req;
+}
+
+static void
+unlink_abandoned_locked(ZksRequest *req)
+{
+	if (req->prev)
+		req->prev->next = req->next;
+	else
+		abandoned = req->next;
+	if (req->next)
+		req->next->prev = req->prev;
+	req->prev = req->next = NULL;
+}
+
 /* Parent and last component of a path, for a sweep task. */
 static void
 sweep_for_create_locked(const char *path)
@@ -343,7 +410,10 @@ create_completion(int rc, const char *value, const struct Stat *stat,
 
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
+	{
+		unlink_abandoned_locked(req);
 		finish_abandoned_locked(req, rc, value);
+	}
 	else
 	{
 		req->zrc = rc;
@@ -355,8 +425,12 @@ create_completion(int rc, const char *value, const struct Stat *stat,
 				req->stat = *stat;
 				req->has_stat = true;
 			}
+			/*
+			 * Out of memory: the node exists but its name is unknown here.
+			 * Report a lost reply, so the node is found by its prefix.
+			 */
 			if (req->created == NULL)
-				req->zrc = ZSYSTEMERROR;	/* out of memory: treat as failed */
+				req->zrc = ZCONNECTIONLOSS;
 		}
 		req->state = REQ_DONE;
 	}
@@ -372,7 +446,10 @@ children_completion(int rc, const struct String_vector *strings,
 
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
+	{
+		unlink_abandoned_locked(req);
 		free_request(req);
+	}
 	else
 	{
 		req->zrc = rc;
@@ -405,7 +482,10 @@ exists_completion(int rc, const struct Stat *stat, const void *data)
 
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
+	{
+		unlink_abandoned_locked(req);
 		free_request(req);
+	}
 	else
 	{
 		req->zrc = rc;
@@ -428,7 +508,10 @@ get_completion(int rc, const char *value, int value_len,
 
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
+	{
+		unlink_abandoned_locked(req);
 		free_request(req);
+	}
 	else
 	{
 		req->zrc = rc;
@@ -518,9 +601,12 @@ current_state(void)
 
 /*
  * Close the handle.  Must not hold zks_mutex: zookeeper_close joins the
- * completion thread, which may be waiting for it.  Pending completions are
- * called with ZCLOSING, possibly on this thread; zh_closing tells them to
- * free their requests and send nothing.
+ * completion thread, which may be waiting for it.  Completions still
+ * running meanwhile see zh_closing and send nothing; those that never run
+ * leave their requests in the abandoned list and their tasks in the task
+ * list, both freed here once the library's threads are gone.  Closing the
+ * session deletes its ephemeral nodes, so nothing is left to clean up in
+ * ZooKeeper.
  */
 static void
 close_handle(void)
@@ -540,7 +626,14 @@ close_handle(void)
 	zh_closing = false;
 	zk_state = 0;
 	state_counter++;
-	drop_tasks_locked();
+	free_all_tasks_locked();
+	while (abandoned != NULL)
+	{
+		ZksRequest *req = abandoned;
+
+		unlink_abandoned_locked(req);
+		free_request(req);
+	}
 	pthread_mutex_unlock(&zks_mutex);
 
 	free(zh_hosts);
@@ -764,16 +857,47 @@ new_request(ReqKind kind, const char *path)
  * A call that libzookeeper refused outright gets no completion: record the
  * outcome as if it had been the reply.
  */
-static void
+static ZksRequest *
 sent(ZksRequest *req, int zrc)
 {
-	if (zrc != ZOK)
+	ZksRequest *done;
+
+	if (zrc == ZOK)
+		return req;
+
+	/*
+	 * Argument and state checks fail before libzookeeper registers the
+	 * completion; a marshalling or system error may come after, and then
+	 * the completion still runs.  In that case hand the backend a fresh
+	 * request and leave the original to its completion (or to the close).
+	 */
+	done = req;
+	pthread_mutex_lock(&zks_mutex);
+	if (zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
 	{
-		pthread_mutex_lock(&zks_mutex);
-		req->zrc = zrc;
-		req->state = REQ_DONE;
-		pthread_mutex_unlock(&zks_mutex);
+		done = calloc(1, sizeof(ZksRequest));
+		if (done != NULL)
+		{
+			done->kind = req->kind;
+			done->path = strdup(req->path);
+			done->ephemeral = req->ephemeral;
+		}
+		link_abandoned_locked(req);
+		if (done == NULL || done->path == NULL)
+		{
+			pthread_mutex_unlock(&zks_mutex);
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory")));
+		}
+		/* a create that may have been sent: its node is found by prefix */
+		if (done->kind == KIND_CREATE)
+			zrc = ZCONNECTIONLOSS;
 	}
+	done->zrc = zrc;
+	done->state = REQ_DONE;
+	pthread_mutex_unlock(&zks_mutex);
+	return done;
 }
 
 ZksRequest *
@@ -786,13 +910,9 @@ zks_send_create(const char *path, const char *data, int datalen,
 	req->ephemeral = (mode == ZKS_EPHEMERAL_SEQUENTIAL);
 	zmode = req->ephemeral ? ZOO_EPHEMERAL_SEQUENTIAL : ZOO_CONTAINER;
 	if (zh == NULL)
-	{
-		sent(req, ZINVALIDSTATE);
-		return req;
-	}
-	sent(req, zoo_acreate2(zh, path, data, datalen, &ZOO_OPEN_ACL_UNSAFE,
+		return sent(req, ZINVALIDSTATE);
+	return sent(req, zoo_acreate2(zh, path, data, datalen, &ZOO_OPEN_ACL_UNSAFE,
 						   zmode, create_completion, req));
-	return req;
 }
 
 ZksRequest *
@@ -801,12 +921,8 @@ zks_send_children(const char *path)
 	ZksRequest *req = new_request(KIND_CHILDREN, path);
 
 	if (zh == NULL)
-	{
-		sent(req, ZINVALIDSTATE);
-		return req;
-	}
-	sent(req, zoo_aget_children(zh, path, 0, children_completion, req));
-	return req;
+		return sent(req, ZINVALIDSTATE);
+	return sent(req, zoo_aget_children(zh, path, 0, children_completion, req));
 }
 
 ZksRequest *
@@ -815,12 +931,8 @@ zks_send_exists(const char *path, bool watch)
 	ZksRequest *req = new_request(KIND_EXISTS, path);
 
 	if (zh == NULL)
-	{
-		sent(req, ZINVALIDSTATE);
-		return req;
-	}
-	sent(req, zoo_aexists(zh, path, watch ? 1 : 0, exists_completion, req));
-	return req;
+		return sent(req, ZINVALIDSTATE);
+	return sent(req, zoo_aexists(zh, path, watch ? 1 : 0, exists_completion, req));
 }
 
 ZksRequest *
@@ -829,12 +941,8 @@ zks_send_get(const char *path)
 	ZksRequest *req = new_request(KIND_GET, path);
 
 	if (zh == NULL)
-	{
-		sent(req, ZINVALIDSTATE);
-		return req;
-	}
-	sent(req, zoo_aget(zh, path, 0, get_completion, req));
-	return req;
+		return sent(req, ZINVALIDSTATE);
+	return sent(req, zoo_aget(zh, path, 0, get_completion, req));
 }
 
 static void
@@ -844,7 +952,10 @@ sync_completion(int rc, const char *value, const void *data)
 
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
+	{
+		unlink_abandoned_locked(req);
 		free_request(req);
+	}
 	else
 	{
 		req->zrc = rc;
@@ -860,12 +971,8 @@ zks_send_sync(const char *path)
 	ZksRequest *req = new_request(KIND_SYNC, path);
 
 	if (zh == NULL)
-	{
-		sent(req, ZINVALIDSTATE);
-		return req;
-	}
-	sent(req, zoo_async(zh, path, sync_completion, req));
-	return req;
+		return sent(req, ZINVALIDSTATE);
+	return sent(req, zoo_async(zh, path, sync_completion, req));
 }
 
 ZksRc
@@ -879,7 +986,8 @@ zks_wait(ZksRequest *req, TimestampTz deadline)
 	 * timeout plus the connect timeout, treat the reply as lost.
 	 */
 	cap = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-									  (int64) zh_timeout + zklock_connect_timeout);
+									  (int64) zks_negotiated_timeout() +
+									  zklock_connect_timeout);
 	if (deadline == 0 || deadline > cap)
 		deadline = cap;
 	else
@@ -906,9 +1014,12 @@ zks_wait(ZksRequest *req, TimestampTz deadline)
 char *
 zks_take_created_path(ZksRequest *req)
 {
+	char	   *path;
+
 	Assert(req->state == REQ_DONE && req->zrc == ZOK);
+	path = pstrdup(req->created);	/* may fail: then not yet ours */
 	req->taken = true;
-	return pstrdup(req->created);
+	return path;
 }
 
 void
@@ -961,7 +1072,7 @@ zks_done(ZksRequest *req)
 		return;
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_PENDING)
-		req->state = REQ_ABANDONED;
+		link_abandoned_locked(req);
 	else
 	{
 		if (req->kind == KIND_CREATE)
@@ -990,32 +1101,30 @@ zks_sweep_async(const char *parent, const char *prefix)
 	pthread_mutex_unlock(&zks_mutex);
 }
 
-uint64
-zks_watch_counter(void)
+ZksEventMark
+zks_event_mark(void)
 {
-	uint64		n;
+	ZksEventMark m;
 
 	pthread_mutex_lock(&zks_mutex);
-	n = watch_counter;
+	m.watches = watch_counter;
+	m.states = state_counter;
 	pthread_mutex_unlock(&zks_mutex);
-	return n;
+	return m;
 }
 
 bool
-zks_wait_event(uint64 seen, TimestampTz deadline)
+zks_wait_event(ZksEventMark seen, TimestampTz deadline)
 {
-	uint64		states_seen;
-
-	pthread_mutex_lock(&zks_mutex);
-	states_seen = state_counter;
-	pthread_mutex_unlock(&zks_mutex);
-
 	for (;;)
 	{
 		bool		woken;
 
 		pthread_mutex_lock(&zks_mutex);
-		woken = (watch_counter != seen || state_counter != states_seen);
+		woken = (watch_counter != seen.watches ||
+				 state_counter != seen.states ||
+				 zk_state == ZOO_EXPIRED_SESSION_STATE ||
+				 zk_state == ZOO_AUTH_FAILED_STATE);
 		pthread_mutex_unlock(&zks_mutex);
 		if (woken)
 			return true;

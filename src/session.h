@@ -127,13 +127,19 @@ extern void zks_delete_async(const char *path);
 extern void zks_sweep_async(const char *parent, const char *prefix);
 
 /*
- * Watch notifications: the counter increases on every watch event.  A
- * waiter reads it before setting its watch, then zks_wait_event() sleeps
- * until it moves, the connection state changes, or the deadline passes
- * (returns false only in the last case).
+ * Watch notifications and session events.  A waiter takes a mark before it
+ * sets its watch, then zks_wait_event() sleeps until a watch fires or the
+ * session state changes after the mark (or is already over), or until the
+ * deadline passes (returns false only in the last case).
  */
-extern uint64 zks_watch_counter(void);
-extern bool zks_wait_event(uint64 seen, TimestampTz deadline);
+typedef struct ZksEventMark
+{
+	uint64		watches;
+	uint64		states;
+} ZksEventMark;
+
+extern ZksEventMark zks_event_mark(void);
+extern bool zks_wait_event(ZksEventMark seen, TimestampTz deadline);
 
 /* The current session's id (0 if none), for ownership checks. */
 extern int64 zks_session_id(void);

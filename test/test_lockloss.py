@@ -1,0 +1,313 @@
+"""
+Lock loss never commits; fencing tokens; the queue and the session seen
+from SQL.
+
+The Kleppmann scenario is played for real: a holder that has written rows
+is frozen (SIGSTOP of its backend process, ZooKeeper client threads
+included) past the session timeout, ZooKeeper expires its session and
+hands the lock on, and when the holder is resumed its COMMIT must fail
+with 40001 and its rows must not be there.
+"""
+
+import os
+import signal
+import threading
+import time
+
+import psycopg2
+
+from harness import wait_until
+from test_multisession import (LOCK_X, LONG, expect_sqlstate, token_of,
+                               still_waiting)
+
+TIMEOUT = 120
+
+
+def make_table(ctx, name):
+    a = ctx.admin
+    a.query('DROP TABLE IF EXISTS %s' % name)
+    a.query('CREATE TABLE %s (x int)' % name)
+
+
+def count_rows(ctx, table):
+    return ctx.admin.scalar('SELECT count(*) FROM %s' % table)
+
+
+def expect_error(b, sql, sqlstate, what, args=None):
+    """Run sql on backend b; it must fail with sqlstate.  Returns the error."""
+    return expect_sqlstate(b.submit(sql, args), sqlstate, 30, what)
+
+
+def freeze_past_session_timeout(ctx, holder, res):
+    """SIGSTOP the holder's backend until ZooKeeper has expired its session
+    and another backend got the lock; returns that backend (still in its
+    transaction, holding the lock)."""
+    w = ctx.backend('loss-W-%s' % res)
+    w.query('BEGIN')
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        tok = token_of(w.submit(LOCK_X, [res, '%d seconds'
+                                         % (ctx.session_timeout + 20)]),
+                       ctx.session_timeout + 25, 'waiter while holder frozen')
+        waited = time.monotonic() - t0
+        # the lock passed on only because the session expired
+        assert waited >= ctx.session_timeout * 0.5, \
+            'waiter got the lock after %.1f s, before the session ' \
+            'timeout: the frozen holder was not holding it' % waited
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    return w, tok
+
+
+def test_kleppmann_transaction_lock(ctx):
+    """Frozen past the session timeout: the transaction-level lock is
+    lost, the COMMIT fails with 40001 and the rows are not there."""
+    res, table = 'loss-kleppmann-x', 'loss_rows_x'
+    make_table(ctx, table)
+    h = ctx.backend('loss-H-x')
+    h.query('BEGIN')
+    tok_h = token_of(h.submit(LOCK_X, [res, LONG]), 10, 'holder lock')
+    h.query('INSERT INTO %s SELECT generate_series(1, 10)' % table)
+
+    w, tok_w = freeze_past_session_timeout(ctx, h, res)
+    assert tok_w > tok_h
+
+    e = expect_error(h, 'COMMIT', '40001', 'COMMIT of the frozen holder')
+    assert res in str(e) and 'expired' in str(e), str(e)
+    assert count_rows(ctx, table) == 0, 'rows of a lost lock committed'
+
+    w.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
+
+    # the next lock call opens a fresh session by itself
+    h.query('BEGIN')
+    tok = token_of(h.submit(LOCK_X, [res, '10 seconds']), 15,
+                   'lock after the expiry')
+    assert tok > tok_w
+    state = h.query('SELECT state FROM zk_status()')[0][0]
+    assert state == 'connected', state
+    h.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
+
+
+def test_kleppmann_session_lock(ctx):
+    """The same with a session-level lock: every commit fails with 40001
+    until zk_unlock_all() acknowledges the loss."""
+    res, table = 'loss-kleppmann-s', 'loss_rows_s'
+    make_table(ctx, table)
+    h = ctx.backend('loss-H-s')
+    token_of(h.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 10)
+    sid_before = h.scalar('SELECT session_id FROM zk_status()')
+    h.query('BEGIN')
+    h.query('INSERT INTO %s VALUES (1)' % table)
+
+    w, _ = freeze_past_session_timeout(ctx, h, res)
+
+    e = expect_error(h, 'COMMIT', '40001', 'COMMIT after the loss')
+    assert 'zk_unlock_all()' in (e.diag.message_hint or ''), e.diag.message_hint
+    assert count_rows(ctx, table) == 0
+
+    # every commit fails, even one that touches no lock ...
+    expect_error(h, 'INSERT INTO %s VALUES (2)' % table, '40001',
+                 'autocommit INSERT while the loss is unacknowledged')
+    # (even a read's commit fails: look inside a block, then roll back)
+    h.query('BEGIN')
+    rows = h.query("SELECT state, scope FROM zk_locks WHERE resource = %s",
+                   [res])
+    h.query('ROLLBACK')
+    assert rows == [('lost', 'session')], rows
+    assert count_rows(ctx, table) == 0
+
+    # ... until the loss is acknowledged
+    h.query('SELECT zk_unlock_all()')
+    h.query('INSERT INTO %s VALUES (3)' % table)
+    assert count_rows(ctx, table) == 1
+    lost = h.scalar('SELECT lost_locks FROM zk_status()')
+    assert lost >= 1, lost
+
+    w.query('COMMIT')
+    token_of(h.submit('SELECT zk_session_lock_exclusive(%s, %s::interval)',
+                      [res, '10 seconds']), 15, 'relock in a new session')
+    sid_after = h.scalar('SELECT session_id FROM zk_status()')
+    assert sid_after != sid_before, 'still the expired session %s' % sid_before
+    assert h.scalar('SELECT zk_unlock(%s)', [res]) is True
+    ctx.zi.wait_contenders(res, 0)
+
+
+def test_node_deleted_by_operator(ctx):
+    """Another ZooKeeper client deletes the held node: zk_locks says lost
+    and the COMMIT fails with 40001 naming the resource; rows are gone."""
+    res, table = 'loss-deleted', 'loss_rows_d'
+    make_table(ctx, table)
+    h = ctx.backend('loss-H-d')
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, [res, LONG]), 10)
+    h.query('INSERT INTO %s VALUES (1)' % table)
+    [node] = ctx.zi.wait_contenders(res, 1)
+    ctx.kz.delete(node.path)
+
+    rows = h.query('SELECT state FROM zk_locks WHERE resource = %s', [res])
+    assert rows == [('lost',)], rows
+    e = expect_error(h, 'COMMIT', '40001', 'COMMIT after the node was deleted')
+    assert res in str(e) and 'deleted' in str(e), str(e)
+    assert count_rows(ctx, table) == 0
+
+
+def test_verify_at_commit_catches_unnoticed_deletion(ctx):
+    """zk_locks is not consulted: the loss is found by the pre-commit
+    check alone.  With zklock.verify_at_commit off the same COMMIT goes
+    through (the documented trade-off)."""
+    res, table = 'loss-verify', 'loss_rows_v'
+    make_table(ctx, table)
+    h = ctx.backend('loss-H-v')
+    for verify, sqlstate in (('on', '40001'), ('off', None)):
+        h.query('SET zklock.verify_at_commit = %s' % verify)
+        h.query('BEGIN')
+        token_of(h.submit(LOCK_X, [res, LONG]), 10)
+        h.query('INSERT INTO %s VALUES (1)' % table)
+        [node] = ctx.zi.wait_contenders(res, 1)
+        ctx.kz.delete(node.path)
+        if sqlstate:
+            expect_error(h, 'COMMIT', sqlstate, 'COMMIT with verify on')
+            assert count_rows(ctx, table) == 0
+        else:
+            h.query('COMMIT')
+            assert count_rows(ctx, table) == 1
+    h.query('RESET zklock.verify_at_commit')
+
+
+def test_fencing_tokens_increase(ctx):
+    """Tokens strictly increase over grants of one lock (handoffs between
+    backends) and across locks."""
+    a, b = ctx.backend('fence-A'), ctx.backend('fence-B')
+    tokens = []
+    for i in range(6):
+        who = (a, b)[i % 2]
+        res = 'fence-one' if i < 4 else 'fence-other-%d' % i
+        who.query('BEGIN')
+        tokens.append(token_of(who.submit(LOCK_X, [res, '10 seconds']), 15))
+        who.query('COMMIT')
+    assert all(x < y for x, y in zip(tokens, tokens[1:])), tokens
+
+    # a waiter's token is greater than the token of the holder it waited for
+    a.query('BEGIN')
+    ta = token_of(a.submit(LOCK_X, ['fence-one', LONG]), 10)
+    b.query('BEGIN')
+    fb = b.submit(LOCK_X, ['fence-one', LONG])
+    ctx.wait_state(b)
+    a.query('COMMIT')
+    tb = token_of(fb, 10)
+    b.query('COMMIT')
+    assert tokens[-1] < ta < tb, (tokens[-1], ta, tb)
+
+
+def test_lock_queue_across_clients(ctx):
+    """zk_lock_queue shows the holder then the waiters in order: two
+    backends and a kazoo client (kazoo's Lock told to see zklock's node
+    names), each with its own data as owner."""
+    from kazoo.recipe.lock import Lock
+    res = 'queue-mixed'
+    parent = ctx.zi.parent_path(res)
+    a, b = ctx.backend('queue-A'), ctx.backend('queue-B')
+    viewer = ctx.backend('queue-viewer')
+
+    a.query('BEGIN')
+    token_of(a.submit(LOCK_X, [res, LONG]), 10)
+    b.query('BEGIN')
+    fb = b.submit(LOCK_X, [res, LONG])
+    ctx.wait_state(b)
+    ctx.zi.wait_contenders(res, 2)
+
+    klock = Lock(ctx.kz, parent, identifier='kazoo-service-42',
+                 extra_lock_patterns=('__WRIT__', '__READ__'))
+    got = threading.Event()
+    kres = {}
+
+    def kazoo_acquire():
+        try:
+            kres['ok'] = klock.acquire(timeout=60)
+        except Exception as e:      # reported below
+            kres['error'] = e
+        got.set()
+    t = threading.Thread(target=kazoo_acquire, daemon=True)
+    t.start()
+    try:
+        ctx.zi.wait_contenders(res, 3)
+        q = viewer.query('SELECT position, mode, holding, owner, node '
+                         'FROM zk_lock_queue(%s) ORDER BY position', [res])
+        assert [r[0] for r in q] == [1, 2, 3], q
+        assert [r[2] for r in q] == [True, False, False], q
+        assert 'pid=%d' % a.pid in q[0][3], q[0]
+        assert 'pid=%d' % b.pid in q[1][3], q[1]
+        assert q[2][3] == 'kazoo-service-42', q[2]
+        assert q[2][4].endswith('__lock__' + q[2][4][-10:]), q[2]
+        assert not got.is_set(), 'kazoo got the lock while zklock held it'
+
+        a.query('COMMIT')
+        token_of(fb, 10, 'B after A')
+        q = viewer.query('SELECT position, holding, owner FROM '
+                         'zk_lock_queue(%s) ORDER BY position', [res])
+        assert [(r[0], r[1]) for r in q] == [(1, True), (2, False)], q
+        assert 'pid=%d' % b.pid in q[0][2]
+        still_waiting([], what='kazoo')
+        assert not got.is_set(), 'kazoo got the lock while B held it'
+
+        b.query('COMMIT')
+        assert got.wait(20), 'kazoo never got the lock'
+        assert kres.get('ok') is True, kres
+        q = viewer.query('SELECT position, holding, owner FROM '
+                         'zk_lock_queue(%s)', [res])
+        assert q == [(1, True, 'kazoo-service-42')], q
+    finally:
+        if got.wait(30) and kres.get('ok'):
+            klock.release()
+        else:
+            klock.cancel()
+        t.join(10)
+    ctx.zi.wait_contenders(res, 0)
+    assert viewer.query('SELECT * FROM zk_lock_queue(%s)', [res]) == []
+
+
+def test_status(ctx):
+    """zk_status: no session before the first call, then connected with a
+    hex session id that ZooKeeper also reports, the negotiated timeout,
+    the server, and counters."""
+    b = ctx.backend('status')
+    row = b.query('SELECT state, session_id, locks_held, grants FROM zk_status()')
+    assert row == [('none', None, 0, 0)], row
+
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, ['status-a', '10 seconds']), 10)
+    token_of(b.submit('SELECT zk_lock_shared(%s)', ['status-b']), 10)
+    (state, sid, timeout, server, held, grants, waits, lost,
+     reconnects) = b.query('SELECT * FROM zk_status()')[0]
+    assert state == 'connected'
+    assert sid.startswith('0x') and int(sid, 16) == \
+        ctx.zi.contenders('status-a')[0].session_id
+    assert timeout.total_seconds() == ctx.session_timeout, timeout
+    assert server == ctx.zk.connect_string, (server, ctx.zk.connect_string)
+    assert (held, grants, waits, lost) == (2, 2, 0, 0)
+    b.query('COMMIT')
+    assert b.scalar('SELECT locks_held FROM zk_status()') == 0
+
+
+def test_settings_change_reconnects(ctx):
+    """A new zklock.session_timeout takes effect at the next call made
+    while no lock is held, not while one is."""
+    b = ctx.backend('reconnect')
+    token_of(b.submit('SELECT zk_session_lock_exclusive(%s)', ['recon']), 10)
+    sid1, t1 = b.query('SELECT session_id, session_timeout FROM zk_status()')[0]
+    b.query("SET zklock.session_timeout = '%ds'" % (ctx.session_timeout + 2))
+    token_of(b.submit('SELECT zk_session_lock_shared(%s)', ['recon-2']), 10)
+    sid2 = b.scalar('SELECT session_id FROM zk_status()')
+    assert sid2 == sid1, 'reconnected while holding locks'
+
+    b.query('SELECT zk_unlock_all()')
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, ['recon', '10 seconds']), 10)
+    sid3, t3 = b.query('SELECT session_id, session_timeout FROM zk_status()')[0]
+    b.query('COMMIT')
+    assert sid3 != sid1, 'settings change did not open a new session'
+    assert t3.total_seconds() == ctx.session_timeout + 2, (t1, t3)
+    b.query('RESET zklock.session_timeout')
