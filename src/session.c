@@ -438,41 +438,70 @@ create_completion(int rc, const char *value, const struct Stat *stat,
 	wake_backend();
 }
 
+/*
+ * The protocol every completion but the create's follows.  Returns false
+ * if the backend gave up on the request (it is freed then); otherwise
+ * returns with zks_mutex held and the code stored, and the caller stores
+ * its results and calls completion_end().
+ */
+static bool
+completion_begin(ZksRequest *req, int rc)
+{
+	pthread_mutex_lock(&zks_mutex);
+	if (req->state == REQ_ABANDONED)
+	{
+		unlink_abandoned_locked(req);
+		free_request(req);
+		pthread_mutex_unlock(&zks_mutex);
+		return false;
+	}
+	req->zrc = rc;
+	return true;
+}
+
+static void
+completion_end(ZksRequest *req)
+{
+	req->state = REQ_DONE;
+	pthread_mutex_unlock(&zks_mutex);
+	wake_backend();
+}
+
 static void
 children_completion(int rc, const struct String_vector *strings,
 					const void *data)
 {
 	ZksRequest *req = (ZksRequest *) data;
 
-	pthread_mutex_lock(&zks_mutex);
-	if (req->state == REQ_ABANDONED)
+	if (!completion_begin(req, rc))
+		return;
+	if (rc == ZOK && strings != NULL && strings->count > 0)
 	{
-		unlink_abandoned_locked(req);
-		free_request(req);
-	}
-	else
-	{
-		req->zrc = rc;
-		if (rc == ZOK && strings != NULL && strings->count > 0)
+		req->children = calloc(strings->count, sizeof(char *));
+		if (req->children == NULL)
+			req->zrc = ZSYSTEMERROR;
+		else
 		{
-			req->children = calloc(strings->count, sizeof(char *));
-			if (req->children == NULL)
-				req->zrc = ZSYSTEMERROR;
-			else
+			req->nchildren = strings->count;
+			for (int i = 0; i < strings->count; i++)
 			{
-				req->nchildren = strings->count;
-				for (int i = 0; i < strings->count; i++)
-				{
-					req->children[i] = strdup(strings->data[i]);
-					if (req->children[i] == NULL)
-						req->zrc = ZSYSTEMERROR;
-				}
+				req->children[i] = strdup(strings->data[i]);
+				if (req->children[i] == NULL)
+					req->zrc = ZSYSTEMERROR;
 			}
 		}
-		req->state = REQ_DONE;
 	}
-	pthread_mutex_unlock(&zks_mutex);
-	wake_backend();
+	completion_end(req);
+}
+
+static void
+store_stat(ZksRequest *req, int rc, const struct Stat *stat)
+{
+	if (rc == ZOK && stat != NULL)
+	{
+		req->stat = *stat;
+		req->has_stat = true;
+	}
 }
 
 static void
@@ -480,24 +509,10 @@ exists_completion(int rc, const struct Stat *stat, const void *data)
 {
 	ZksRequest *req = (ZksRequest *) data;
 
-	pthread_mutex_lock(&zks_mutex);
-	if (req->state == REQ_ABANDONED)
-	{
-		unlink_abandoned_locked(req);
-		free_request(req);
-	}
-	else
-	{
-		req->zrc = rc;
-		if (rc == ZOK && stat != NULL)
-		{
-			req->stat = *stat;
-			req->has_stat = true;
-		}
-		req->state = REQ_DONE;
-	}
-	pthread_mutex_unlock(&zks_mutex);
-	wake_backend();
+	if (!completion_begin(req, rc))
+		return;
+	store_stat(req, rc, stat);
+	completion_end(req);
 }
 
 static void
@@ -506,38 +521,30 @@ get_completion(int rc, const char *value, int value_len,
 {
 	ZksRequest *req = (ZksRequest *) data;
 
-	pthread_mutex_lock(&zks_mutex);
-	if (req->state == REQ_ABANDONED)
+	if (!completion_begin(req, rc))
+		return;
+	store_stat(req, rc, stat);
+	if (rc == ZOK && value != NULL && value_len > 0)
 	{
-		unlink_abandoned_locked(req);
-		free_request(req);
-	}
-	else
-	{
-		req->zrc = rc;
-		if (rc == ZOK)
+		req->value = malloc(value_len);
+		if (req->value == NULL)
+			req->zrc = ZSYSTEMERROR;
+		else
 		{
-			if (stat != NULL)
-			{
-				req->stat = *stat;
-				req->has_stat = true;
-			}
-			if (value != NULL && value_len > 0)
-			{
-				req->value = malloc(value_len);
-				if (req->value == NULL)
-					req->zrc = ZSYSTEMERROR;
-				else
-				{
-					memcpy(req->value, value, value_len);
-					req->value_len = value_len;
-				}
-			}
+			memcpy(req->value, value, value_len);
+			req->value_len = value_len;
 		}
-		req->state = REQ_DONE;
 	}
-	pthread_mutex_unlock(&zks_mutex);
-	wake_backend();
+	completion_end(req);
+}
+
+static void
+sync_completion(int rc, const char *value, const void *data)
+{
+	ZksRequest *req = (ZksRequest *) data;
+
+	if (completion_begin(req, rc))
+		completion_end(req);
 }
 
 /* ----------------------------------------------------------------
@@ -943,26 +950,6 @@ zks_send_get(const char *path)
 	if (zh == NULL)
 		return sent(req, ZINVALIDSTATE);
 	return sent(req, zoo_aget(zh, path, 0, get_completion, req));
-}
-
-static void
-sync_completion(int rc, const char *value, const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	pthread_mutex_lock(&zks_mutex);
-	if (req->state == REQ_ABANDONED)
-	{
-		unlink_abandoned_locked(req);
-		free_request(req);
-	}
-	else
-	{
-		req->zrc = rc;
-		req->state = REQ_DONE;
-	}
-	pthread_mutex_unlock(&zks_mutex);
-	wake_backend();
 }
 
 ZksRequest *
