@@ -56,4 +56,26 @@ RESET ROLE;
 
 REVOKE ALL ON FUNCTION zk_lock_exclusive(text, interval), zk_locks() FROM zklock_regress_job;
 REVOKE ALL ON zk_locks FROM zklock_regress_job;
+
+-- node layouts for other clients: any user may choose one
+SHOW zklock.protocol;
+SET zklock.protocol = 'zookeeper-classic';
+SET ROLE zklock_regress_job;
+SET zklock.protocol = 'kazoo';
+SHOW zklock.protocol;
+RESET ROLE;
+BEGIN;
+SELECT zk_lock_exclusive('proto-x') > 0 AS x, zk_lock_shared('proto-s') > 0 AS s;
+SELECT resource, node ~ ('^/zklock/' || resource || '/[0-9a-f]{32}__r?lock__[0-9]{10}$') AS kazoo_layout
+  FROM zk_locks ORDER BY resource;
+COMMIT;
+SET zklock.protocol = 'curator-mutex';
+BEGIN;
+SELECT zk_lock_exclusive('proto-m') > 0 AS locked;
+SELECT node ~ '/_c_[-0-9a-f]{36}-lock-[0-9]{10}$' AS curator_mutex_layout FROM zk_locks;
+-- Curator's mutex has no shared mode
+SELECT zk_lock_shared('proto-m2');
+ROLLBACK;
+RESET zklock.protocol;
+
 DROP ROLE zklock_regress_job;

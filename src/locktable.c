@@ -973,6 +973,14 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 		return true;
 	}
 
+	if (!zkr_protocol_has_mode((ZkrProtocol) zklock_protocol, mode))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("zklock.protocol \"%s\" has no shared locks",
+						GetConfigOption("zklock.protocol", false, false)),
+				 errdetail("Curator's InterProcessMutex, whose node names this protocol writes, only takes exclusive locks."),
+				 errhint("Use zklock.protocol \"curator-rw\" or \"kazoo\" for shared locks.")));
+
 	zks_connect(!have_locks());
 
 	memset(&a, 0, sizeof(a));
@@ -997,7 +1005,8 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	uuid_bytes[6] = (uuid_bytes[6] & 0x0F) | 0x40;
 	uuid_bytes[8] = (uuid_bytes[8] & 0x3F) | 0x80;
 	zkr_format_uuid(uuid_bytes, uuid);
-	if (zkr_node_prefix(mode, uuid, a.prefix, sizeof(a.prefix)) == 0)
+	if (zkr_protocol_prefix((ZkrProtocol) zklock_protocol, mode, uuid,
+							a.prefix, sizeof(a.prefix)) == 0)
 		elog(ERROR, "zklock node prefix does not fit");
 	a.create_path = psprintf("%s/%s", a.parent, a.prefix);
 	a.data = owner_line();

@@ -251,23 +251,60 @@ zkr_format_uuid(const uint8_t bytes[16], char out[ZKR_UUID_LEN + 1])
 	out[o] = '\0';
 }
 
-size_t
-zkr_node_prefix(ZkrMode mode, const char *uuid, char *out, size_t outsize)
+bool
+zkr_protocol_has_mode(ZkrProtocol protocol, ZkrMode mode)
 {
-	const char *marker;
+	if (mode != ZKR_MODE_EXCLUSIVE && mode != ZKR_MODE_SHARED)
+		return false;
+	return !(protocol == ZKR_PROTOCOL_CURATOR_MUTEX && mode == ZKR_MODE_SHARED);
+}
+
+size_t
+zkr_protocol_prefix(ZkrProtocol protocol, ZkrMode mode, const char *uuid,
+					char *out, size_t outsize)
+{
+	bool		excl = (mode == ZKR_MODE_EXCLUSIVE);
 	int			n;
 
-	if (mode == ZKR_MODE_EXCLUSIVE)
-		marker = "__WRIT__";
-	else if (mode == ZKR_MODE_SHARED)
-		marker = "__READ__";
-	else
+	if (!zkr_protocol_has_mode(protocol, mode))
 		return 0;
 
-	n = snprintf(out, outsize, "_c_%s-%s", uuid, marker);
+	switch (protocol)
+	{
+		case ZKR_PROTOCOL_CURATOR_RW:
+			n = snprintf(out, outsize, "_c_%s-%s", uuid,
+						 excl ? "__WRIT__" : "__READ__");
+			break;
+		case ZKR_PROTOCOL_CURATOR_MUTEX:
+			n = snprintf(out, outsize, "_c_%s-lock-", uuid);
+			break;
+		case ZKR_PROTOCOL_KAZOO:
+			{
+				/* kazoo: uuid4().hex, the UUID without its dashes */
+				char		hex[ZKR_UUID_LEN + 1];
+				int			k = 0;
+
+				for (const char *p = uuid; *p && k < ZKR_UUID_LEN; p++)
+					if (*p != '-')
+						hex[k++] = *p;
+				hex[k] = '\0';
+				n = snprintf(out, outsize, "%s%s", hex,
+							 excl ? "__lock__" : "__rlock__");
+				break;
+			}
+		default:
+			return 0;
+	}
 	if (n < 0 || (size_t) n >= outsize)
 		return 0;
 	return (size_t) n;
+}
+
+size_t
+zkr_node_prefix(ZkrMode mode, const char *uuid, char *out, size_t outsize)
+{
+	return zkr_protocol_prefix(ZKR_PROTOCOL_CURATOR_RW, mode, uuid,
+							   out, outsize);
 }
 
 bool

@@ -40,6 +40,14 @@ typedef enum ZkrMode
 	ZKR_MODE_SHARED
 } ZkrMode;
 
+/* Node-name layouts zklock can write (it always reads all of them). */
+typedef enum ZkrProtocol
+{
+	ZKR_PROTOCOL_CURATOR_RW = 0,	/* Curator InterProcessReadWriteLock */
+	ZKR_PROTOCOL_CURATOR_MUTEX,	/* Curator InterProcessMutex */
+	ZKR_PROTOCOL_KAZOO			/* kazoo Lock / WriteLock / ReadLock */
+} ZkrProtocol;
+
 typedef enum ZkrEncodeResult
 {
 	ZKR_ENCODE_OK = 0,
@@ -110,6 +118,24 @@ extern void zkr_format_uuid(const uint8_t bytes[16], char out[ZKR_UUID_LEN + 1])
  */
 extern size_t zkr_node_prefix(ZkrMode mode, const char *uuid,
 							  char *out, size_t outsize);
+
+/*
+ * Build the name prefix of a new node for a protocol; ZooKeeper appends
+ * the sequence number.  uuid is a zkr_format_uuid string.
+ *
+ *	 curator-rw     exclusive "_c_<uuid>-__WRIT__", shared "_c_<uuid>-__READ__"
+ *	 curator-mutex  exclusive "_c_<uuid>-lock-" (no shared mode)
+ *	 kazoo          exclusive "<32 hex>__lock__", shared "<32 hex>__rlock__"
+ *
+ * Curator's "_c_<uuid>-" and kazoo's hex prefix both make the name unique,
+ * so a create whose reply was lost can be found again.  Returns the length
+ * written, or 0 if the protocol has no such mode (see
+ * zkr_protocol_has_mode) or the buffer is too small.
+ */
+extern size_t zkr_protocol_prefix(ZkrProtocol protocol, ZkrMode mode,
+								  const char *uuid, char *out, size_t outsize);
+
+extern bool zkr_protocol_has_mode(ZkrProtocol protocol, ZkrMode mode);
 
 /* Does child name start with the given node-name prefix? */
 extern bool zkr_has_prefix(const char *name, const char *prefix);

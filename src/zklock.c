@@ -19,6 +19,7 @@
 #include "utils/guc.h"
 
 #include "locktable.h"
+#include "recipe.h"
 #include "zklock.h"
 
 PG_MODULE_MAGIC;
@@ -28,6 +29,14 @@ char	   *zklock_root = NULL;
 int			zklock_session_timeout = 10000;
 int			zklock_connect_timeout = 5000;
 bool		zklock_verify_at_commit = true;
+int			zklock_protocol = ZKR_PROTOCOL_CURATOR_RW;
+
+static const struct config_enum_entry protocol_options[] = {
+	{"curator-rw", ZKR_PROTOCOL_CURATOR_RW, false},
+	{"curator-mutex", ZKR_PROTOCOL_CURATOR_MUTEX, false},
+	{"kazoo", ZKR_PROTOCOL_KAZOO, false},
+	{NULL, 0, false}
+};
 
 void		_PG_init(void);
 
@@ -133,6 +142,16 @@ _PG_init(void)
 							 "One round trip per commit while this backend holds a zklock lock; a lock found lost fails the COMMIT with SQLSTATE 40001.",
 							 &zklock_verify_at_commit,
 							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("zklock.protocol",
+							 "Node-name layout of new lock nodes, for the clients that share the locks.",
+							 "curator-rw: Curator InterProcessReadWriteLock; curator-mutex: Curator InterProcessMutex (exclusive only); kazoo: kazoo Lock, WriteLock, ReadLock. zklock itself recognises every layout.",
+							 &zklock_protocol,
+							 ZKR_PROTOCOL_CURATOR_RW,
+							 protocol_options,
 							 PGC_USERSET,
 							 0,
 							 NULL, NULL, NULL);

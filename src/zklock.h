@@ -16,5 +16,6 @@ extern char *zklock_root;
 extern int	zklock_session_timeout;	/* ms */
 extern int	zklock_connect_timeout;	/* ms */
 extern bool zklock_verify_at_commit;
+extern int	zklock_protocol;		/* a ZkrProtocol */
 
 #endif							/* ZKLOCK_H */

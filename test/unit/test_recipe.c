@@ -1135,6 +1135,82 @@ test_names(void)
 	   "mode_name: none");
 }
 
+/* ----------------------------------------------------------------
+ * zkr_protocol_prefix, zkr_protocol_has_mode: the three node layouts
+ * ----------------------------------------------------------------
+ */
+
+static void
+test_protocols(void)
+{
+	char		prefix[ZKR_MAX_PREFIX_BYTES];
+	char		name[ZKR_MAX_PREFIX_BYTES + 16];
+	ZkrContender c;
+	size_t		n;
+	static const struct
+	{
+		ZkrProtocol protocol;
+		ZkrMode		mode;
+		const char *expect;
+	}			cases[] = {
+		{ZKR_PROTOCOL_CURATOR_RW, ZKR_MODE_EXCLUSIVE, "_c_" UUID1 "-__WRIT__"},
+		{ZKR_PROTOCOL_CURATOR_RW, ZKR_MODE_SHARED, "_c_" UUID1 "-__READ__"},
+		{ZKR_PROTOCOL_CURATOR_MUTEX, ZKR_MODE_EXCLUSIVE, "_c_" UUID1 "-lock-"},
+		{ZKR_PROTOCOL_KAZOO, ZKR_MODE_EXCLUSIVE, NULL},
+		{ZKR_PROTOCOL_KAZOO, ZKR_MODE_SHARED, NULL},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	{
+		char		expect[ZKR_MAX_PREFIX_BYTES];
+
+		if (cases[i].expect != NULL)
+			strcpy(expect, cases[i].expect);
+		else
+		{
+			/* kazoo: uuid4().hex, no dashes, then its marker */
+			int			k = 0;
+
+			for (const char *p = UUID1; *p; p++)
+				if (*p != '-')
+					expect[k++] = *p;
+			strcpy(expect + k, cases[i].mode == ZKR_MODE_EXCLUSIVE ?
+				   "__lock__" : "__rlock__");
+		}
+		n = zkr_protocol_prefix(cases[i].protocol, cases[i].mode, UUID1,
+								prefix, sizeof(prefix));
+		ok(n == strlen(expect) && strcmp(prefix, expect) == 0,
+		   "protocol_prefix: case %zu is %s", i, expect);
+
+		/* the node ZooKeeper makes of it is recognised, in the right mode */
+		snprintf(name, sizeof(name), "%s%010d", prefix, 7);
+		ok(zkr_parse_child(name, &c) && c.mode == cases[i].mode && c.seq == 7,
+		   "protocol_prefix: case %zu parses back as %s", i,
+		   zkr_mode_name(cases[i].mode));
+		ok(zkr_has_prefix(name, prefix),
+		   "protocol_prefix: case %zu node carries its prefix", i);
+	}
+
+	ok(strlen("0123456789abcdef0123456789abcdef__lock__") ==
+	   zkr_protocol_prefix(ZKR_PROTOCOL_KAZOO, ZKR_MODE_EXCLUSIVE, UUID1,
+						   prefix, sizeof(prefix)),
+	   "protocol_prefix: kazoo prefix is 32 hex + __lock__");
+	ok(zkr_protocol_prefix(ZKR_PROTOCOL_CURATOR_MUTEX, ZKR_MODE_SHARED, UUID1,
+						   prefix, sizeof(prefix)) == 0,
+	   "protocol_prefix: curator-mutex has no shared mode -> 0");
+	ok(!zkr_protocol_has_mode(ZKR_PROTOCOL_CURATOR_MUTEX, ZKR_MODE_SHARED),
+	   "protocol_has_mode: curator-mutex shared is refused");
+	ok(zkr_protocol_has_mode(ZKR_PROTOCOL_CURATOR_MUTEX, ZKR_MODE_EXCLUSIVE) &&
+	   zkr_protocol_has_mode(ZKR_PROTOCOL_KAZOO, ZKR_MODE_SHARED) &&
+	   zkr_protocol_has_mode(ZKR_PROTOCOL_CURATOR_RW, ZKR_MODE_SHARED),
+	   "protocol_has_mode: the other combinations are allowed");
+	ok(!zkr_protocol_has_mode(ZKR_PROTOCOL_KAZOO, ZKR_MODE_NONE),
+	   "protocol_has_mode: mode none is refused");
+	ok(zkr_protocol_prefix(ZKR_PROTOCOL_KAZOO, ZKR_MODE_SHARED, UUID1,
+						   prefix, 41) == 0,
+	   "protocol_prefix: kazoo shared needs 42 bytes, 41 -> 0");
+}
+
 int
 main(void)
 {
@@ -1144,6 +1220,7 @@ main(void)
 	test_decide();
 	test_encode();
 	test_names();
+	test_protocols();
 
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)
