@@ -581,8 +581,11 @@ zk_failure(Attempt *a, const char *what, ZksRc rc)
 	if (rc == ZKS_NOAUTH)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("ZooKeeper denied %s \"%s\"", what, a->parent),
-				 errdetail("%s.", zks_rc_text(rc))));
+				 errmsg("ZooKeeper refused to %s \"%s\" for zklock on \"%s\"",
+						what, a->parent, a->resource),
+				 errdetail("The node's ACL belongs to another identity."),
+				 errhint("Check \"zklock.auth\" against the identity that created \"%s\".",
+						 a->parent)));
 	ereport(ERROR,
 			(errcode(rc == ZKS_SESSION_EXPIRED || rc == ZKS_CONNECTION_LOSS ?
 					 ERRCODE_CONNECTION_FAILURE : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),

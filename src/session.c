@@ -116,13 +116,28 @@ static CleanupTask *tasks = NULL;
  */
 static ZksRequest *abandoned = NULL;
 
+static int	auth_result = -1;	/* zoo_add_auth reply; -1 while awaited */
+
 /* Backend-only state. */
 static char *zh_hosts = NULL;	/* settings the handle was made with */
 static int	zh_timeout = 0;
+static char *zh_auth = NULL;	/* zklock.auth the handle was made with */
+
+/*
+ * With zklock.auth, every node zklock creates gets this ACL: all rights to
+ * the identity the session authenticated as (ZooKeeper substitutes the
+ * "auth" id), read to everyone.  Deleting a child needs DELETE on its
+ * parent, so other clients can read the queue but not remove a contender.
+ */
+static struct ACL auth_acl_entries[2];
+static struct ACL_vector auth_acl = {0, auth_acl_entries};
 static bool zh_had_session = false;
 static bool shutdown_registered = false;
 
 static void submit_task_locked(CleanupTask *t);
+static void forget_auth(void);
+static void sleep_on_latch(TimestampTz deadline);
+static bool deadline_passed(TimestampTz deadline);
 
 /* ----------------------------------------------------------------
  * Code that runs on libzookeeper's threads.  Nothing of PostgreSQL but
@@ -547,6 +562,15 @@ sync_completion(int rc, const char *value, const void *data)
 		completion_end(req);
 }
 
+static void
+auth_completion(int rc, const void *data)
+{
+	pthread_mutex_lock(&zks_mutex);
+	auth_result = rc;
+	pthread_mutex_unlock(&zks_mutex);
+	wake_backend();
+}
+
 /* ----------------------------------------------------------------
  * Backend side.
  * ----------------------------------------------------------------
@@ -645,7 +669,51 @@ close_handle(void)
 
 	free(zh_hosts);
 	zh_hosts = NULL;
+	forget_auth();
 	zh_had_session = false;
+}
+
+/* Drop the copy of the credentials, leaving nothing readable behind. */
+static void
+forget_auth(void)
+{
+	if (zh_auth != NULL)
+	{
+		explicit_bzero(zh_auth, strlen(zh_auth));
+		free(zh_auth);
+		zh_auth = NULL;
+	}
+}
+
+/*
+ * zklock.auth is "scheme:credentials", e.g. "digest:user:password".  The
+ * value is never echoed: not here, not by a GUC check (which would print
+ * it), not in any error.
+ */
+static void
+split_auth(const char *auth, char *scheme, size_t scheme_size,
+		   const char **cred)
+{
+	const char *colon = strchr(auth, ':');
+
+	if (colon == NULL || colon == auth || (size_t) (colon - auth) >= scheme_size ||
+		colon[1] == '\0' ||
+		(strncmp(auth, "digest:", 7) == 0 && strchr(colon + 1, ':') == NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("\"zklock.auth\" must have the form \"digest:user:password\"")));
+	memcpy(scheme, auth, colon - auth);
+	scheme[colon - auth] = '\0';
+	*cred = colon + 1;
+}
+
+static bool
+auth_changed(void)
+{
+	const char *want = zklock_auth ? zklock_auth : "";
+	const char *have = zh_auth ? zh_auth : "";
+
+	return strcmp(want, have) != 0;
 }
 
 void
@@ -668,10 +736,33 @@ open_handle(void)
 	zhandle_t  *h;
 	int			save_errno;
 
+	char		scheme[32] = "";
+	const char *cred = NULL;
+
 	if (!shutdown_registered)
 	{
 		before_shmem_exit(zks_shutdown, (Datum) 0);
 		shutdown_registered = true;
+	}
+	if (zklock_auth != NULL && zklock_auth[0] != '\0')
+	{
+		static bool warned = false;
+
+		split_auth(zklock_auth, scheme, sizeof(scheme), &cred);
+		if (!warned && zklock_auth_exposed())
+			ereport(WARNING,
+					(errmsg("\"zklock.auth\" is set but zklock is not preloaded"),
+					 errdetail("Until the library is loaded in a backend, PostgreSQL shows the setting's value to any user."),
+					 errhint("Add zklock to \"shared_preload_libraries\" or \"session_preload_libraries\".")));
+		warned = true;
+	}
+	if (auth_acl.count == 0)
+	{
+		auth_acl_entries[0].perms = ZOO_PERM_ALL;
+		auth_acl_entries[0].id = ZOO_AUTH_IDS;
+		auth_acl_entries[1].perms = ZOO_PERM_READ;
+		auth_acl_entries[1].id = ZOO_ANYONE_ID_UNSAFE;
+		auth_acl.count = 2;
 	}
 
 	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
@@ -708,10 +799,51 @@ open_handle(void)
 				 errhint("Check the connect string in \"zklock.hosts\".")));
 	}
 
+	/*
+	 * Authenticate before anything else: requests go out in order, and the
+	 * library sends the credentials again after every reconnect.
+	 */
 	pthread_mutex_lock(&zks_mutex);
 	zh = h;
+	auth_result = ZOK;
+	if (cred != NULL)
+	{
+		zh_auth = strdup(zklock_auth);
+		auth_result = -1;
+		if (zh_auth == NULL ||
+			zoo_add_auth(h, scheme, cred, strlen(cred), auth_completion, NULL) != ZOK)
+			auth_result = ZAUTHFAILED;
+	}
 	pthread_mutex_unlock(&zks_mutex);
 	zh_had_session = false;
+}
+
+/* Wait for the reply to zoo_add_auth; ERROR if the server refused it. */
+static void
+await_auth(TimestampTz deadline)
+{
+	for (;;)
+	{
+		int			rc;
+
+		pthread_mutex_lock(&zks_mutex);
+		rc = auth_result;
+		pthread_mutex_unlock(&zks_mutex);
+		if (rc == ZOK)
+			return;
+		if (rc != -1 || deadline_passed(deadline))
+		{
+			char	   *hosts = pstrdup(zh_hosts);
+
+			close_handle();
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
+					 errmsg("ZooKeeper authentication with \"zklock.auth\" failed on \"%s\"",
+							hosts),
+					 rc == -1 ? errdetail("No answer within \"zklock.connect_timeout\".") : 0));
+		}
+		sleep_on_latch(deadline);
+	}
 }
 
 static long
@@ -812,7 +944,7 @@ zks_connect(bool may_reconnect)
 	/* New settings take effect when nothing depends on the old session. */
 	if (zh != NULL && may_reconnect &&
 		(strcmp(zh_hosts, zklock_hosts) != 0 ||
-		 zh_timeout != zklock_session_timeout))
+		 zh_timeout != zklock_session_timeout || auth_changed()))
 		close_handle();
 
 	if (zh == NULL)
@@ -834,6 +966,7 @@ zks_connect(bool may_reconnect)
 						   zklock_connect_timeout)));
 	}
 	zh_had_session = true;
+	await_auth(deadline);
 
 	/* clean-ups that missed a reconnect are sent now */
 	pthread_mutex_lock(&zks_mutex);
@@ -918,8 +1051,9 @@ zks_send_create(const char *path, const char *data, int datalen,
 	zmode = req->ephemeral ? ZOO_EPHEMERAL_SEQUENTIAL : ZOO_CONTAINER;
 	if (zh == NULL)
 		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_acreate2(zh, path, data, datalen, &ZOO_OPEN_ACL_UNSAFE,
-						   zmode, create_completion, req));
+	return sent(req, zoo_acreate2(zh, path, data, datalen,
+								  zh_auth ? &auth_acl : &ZOO_OPEN_ACL_UNSAFE,
+								  zmode, create_completion, req));
 }
 
 ZksRequest *

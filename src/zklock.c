@@ -16,6 +16,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "locktable.h"
@@ -30,6 +31,7 @@ int			zklock_session_timeout = 10000;
 int			zklock_connect_timeout = 5000;
 bool		zklock_verify_at_commit = true;
 int			zklock_protocol = ZKR_PROTOCOL_CURATOR_RW;
+char	   *zklock_auth = NULL;
 
 static const struct config_enum_entry protocol_options[] = {
 	{"curator-rw", ZKR_PROTOCOL_CURATOR_RW, false},
@@ -98,6 +100,47 @@ check_root(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/*
+ * zklock.auth holds a password.  SHOW, pg_settings and current_setting()
+ * all go through this hook, so they show the scheme and user only, to
+ * superusers too.  (There is deliberately no check hook: PostgreSQL's
+ * message for a rejected value quotes the value.)
+ */
+static const char *
+show_auth(void)
+{
+	static char shown[128];
+	const char *a = zklock_auth;
+	const char *colon;
+	const char *colon2;
+
+	if (a == NULL || a[0] == '\0')
+		return "";
+	colon = strchr(a, ':');
+	colon2 = colon ? strchr(colon + 1, ':') : NULL;
+	if (colon2 == NULL || colon2 - a > 100)
+		return "********";
+	snprintf(shown, sizeof(shown), "%.*s:********", (int) (colon2 - a), a);
+	return shown;
+}
+
+/*
+ * Until the library is loaded, PostgreSQL keeps zklock.auth as a
+ * placeholder that anyone may SHOW.  Preloading defines the setting (masked,
+ * superuser-only) before any user query runs.
+ */
+bool
+zklock_auth_exposed(void)
+{
+	const char *lists[] = {shared_preload_libraries_string,
+	session_preload_libraries_string};
+
+	for (int i = 0; i < lengthof(lists); i++)
+		if (lists[i] != NULL && strstr(lists[i], "zklock") != NULL)
+			return false;
+	return true;
+}
+
 void
 _PG_init(void)
 {
@@ -155,6 +198,15 @@ _PG_init(void)
 							 PGC_USERSET,
 							 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("zklock.auth",
+							   "ZooKeeper credentials, as \"digest:user:password\".",
+							   "With them the session authenticates first, and every node zklock creates can be changed or deleted by this identity only (others may read). Shown masked. Takes effect at the next lock call made while no zklock lock is held.",
+							   &zklock_auth,
+							   "",
+							   PGC_SUSET,
+							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
+							   NULL, NULL, show_auth);
 
 	MarkGUCPrefixReserved("zklock");
 
