@@ -902,12 +902,22 @@ run_attempt(Attempt *a)
 		a->ereq = zks_send_exists(pred, true);
 		rc = await_reply(a, a->ereq);
 		done_req(&a->ereq);
-		pfree(pred);
 
 		if (rc == ZKS_OK)
 		{
 			if (!zks_wait_event(seen, a->deadline))
 				timeout_error(a);
+
+			/*
+			 * The only contender in our way is gone.  Sequence numbers only
+			 * grow, so nothing that could block us can have appeared below
+			 * us since the listing: the lock is ours without listing again.
+			 */
+			if (d.blockers == 1 && zks_only_deleted_since(seen, pred))
+			{
+				pfree(pred);
+				return true;
+			}
 			if (!zks_is_connected())
 				await_reconnect(a);
 		}
@@ -916,6 +926,7 @@ run_attempt(Attempt *a)
 		else if (rc != ZKS_NONODE)
 			zk_failure(a, "watch a contender under", rc);
 
+		pfree(pred);
 		a->lreq = zks_send_children(a->parent);
 	}
 }
