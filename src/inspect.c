@@ -92,7 +92,7 @@ zkq_queue(const char *relpath, int *n)
 	ZkqEntry   *q = NULL;
 	int			k = 0;
 
-	zks_connect(!zkl_have_locks());
+	(void) zks_connect(!zkl_have_locks(), 0);
 
 	PG_TRY();
 	{

@@ -995,21 +995,24 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 				 errdetail("Curator's InterProcessMutex, whose node names this protocol writes, only takes exclusive locks."),
 				 errhint("Use zklock.protocol \"curator-rw\" or \"kazoo\" for shared locks.")));
 
-	zks_connect(!have_locks());
-
 	memset(&a, 0, sizeof(a));
 	a.resource = resource;
 	a.mode = mode;
+
 	/*
 	 * A try, and a timeout of zero, never wait for other contenders; only
 	 * the round trips to ZooKeeper bound them.  Any other timeout (and
-	 * lock_timeout) bounds the whole call, round trips included.
+	 * lock_timeout) bounds the whole call, the wait for a session and the
+	 * round trips included.
 	 */
 	a.try_only = try_only || timeout_ms == 0;
 	if (a.try_only)
 		a.deadline = 0;
 	else
 		set_deadline(&a, timeout_ms);
+
+	if (!zks_connect(!have_locks(), a.deadline))
+		timeout_error(&a);
 	a.parent = psprintf("%s/%s", zklock_root, relpath);
 	if (!pg_strong_random(uuid_bytes, sizeof(uuid_bytes)))
 		ereport(ERROR,

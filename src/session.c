@@ -937,10 +937,11 @@ zks_reconnect_wait(TimestampTz deadline)
 	return false;
 }
 
-void
-zks_connect(bool may_reconnect)
+bool
+zks_connect(bool may_reconnect, TimestampTz limit)
 {
 	TimestampTz deadline;
+	bool		limited = false;
 	int			st = current_state();
 
 	/* A session that can never come back is replaced. */
@@ -959,6 +960,11 @@ zks_connect(bool may_reconnect)
 
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										   zklock_connect_timeout);
+	if (limit != 0 && limit < deadline)
+	{
+		deadline = limit;
+		limited = true;
+	}
 	if (!zks_reconnect_wait(deadline))
 	{
 		char	   *hosts = pstrdup(zh_hosts);
@@ -966,6 +972,8 @@ zks_connect(bool may_reconnect)
 		/* never connected: do not leave threads retrying in the background */
 		if (!zh_had_session)
 			close_handle();
+		if (limited)
+			return false;
 		ereport(ERROR,
 				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 				 errmsg("could not connect to ZooKeeper ensemble \"%s\"", hosts),
@@ -979,6 +987,7 @@ zks_connect(bool may_reconnect)
 	pthread_mutex_lock(&zks_mutex);
 	resubmit_tasks_locked();
 	pthread_mutex_unlock(&zks_mutex);
+	return true;
 }
 
 static ZksRequest *

@@ -52,13 +52,14 @@ typedef struct ZksStat
 } ZksStat;
 
 /*
- * Make sure a usable session exists, connecting lazily; waits at most
+ * Make sure a usable session exists, connecting lazily.  Waits at most
  * zklock.connect_timeout and raises ERROR (08001) naming the hosts if no
- * server answers.  If may_reconnect, a session whose settings
- * (zklock.hosts, zklock.session_timeout) changed is replaced; the caller
- * passes true only while it holds no lock.
+ * server answers; if limit (non-zero) comes first, returns false instead
+ * so the caller can report its own timeout.  If may_reconnect, a session
+ * whose settings (zklock.hosts, zklock.session_timeout, zklock.auth)
+ * changed is replaced; the caller passes true only while it holds no lock.
  */
-extern void zks_connect(bool may_reconnect);
+extern bool zks_connect(bool may_reconnect, TimestampTz limit);
 
 /*
  * Wait until the session is connected again or the deadline passes

@@ -7,8 +7,13 @@ set -euo pipefail
 PACKAGES=(
     postgresql-15 postgresql-server-dev-15 postgresql-server-dev-all
     libzookeeper-mt-dev zookeeper libcurator-recipes-java
+    libslf4j-java                        # slf4j-simple.jar: the test servers' log
+    default-jdk-headless                 # javac: test_interop's Curator peer
     libipc-run-perl python3-kazoo python3-psycopg2
     gnuplot-nox clang valgrind debhelper make gcc
+    git                                  # test_package: copy + clean-tree check
+    libclang-rt-14-dev                   # make fuzz: libFuzzer + clang's ASan runtime
+    libasan8 libubsan1                   # make test SANITIZE=1: gcc's sanitizer runtimes
 )
 
 installed() {

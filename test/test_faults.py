@@ -103,3 +103,28 @@ def test_lost_create_reply_is_swept(ctx):
     token_of(b.submit(LOCK_X, [res, '10 seconds']), 15, 'lock after reconnect')
     b.query('COMMIT')
     ctx.zi.wait_contenders(res, 0)
+
+
+def test_timeout_bounds_the_wait_for_a_session(ctx):
+    """The call's timeout (and lock_timeout) bound the wait for a session
+    too: with no server answering and connect_timeout 10 s, a call with
+    timeout '1 second' fails with 55P03 after about 1 s, not 08001 after
+    10 s.  Without a timeout, connect_timeout gives 08001."""
+    closed = harness.closed_port()
+    b = ctx.backend('fault-connect-bound')
+    b.query("SET zklock.hosts = '127.0.0.1:%d'" % closed)
+    b.query("SET zklock.connect_timeout = '10s'")
+    for how, sql, args in (
+            ('timeout', LOCK_X, ['fault-connect', '1 second']),
+            ('lock_timeout', 'SELECT zk_lock_exclusive(%s)', ['fault-connect'])):
+        if how == 'lock_timeout':
+            b.query("SET lock_timeout = '1s'")
+        t0 = time.monotonic()
+        expect_sqlstate(b.submit(sql, args), '55P03', 15, 'call with ' + how)
+        elapsed = time.monotonic() - t0
+        assert 0.9 <= elapsed < 5, '%s of 1 s ended the call after %.2f s' \
+            % (how, elapsed)
+    b.query('RESET lock_timeout')
+    b.query("SET zklock.connect_timeout = '1s'")
+    expect_sqlstate(b.submit('SELECT zk_lock_exclusive(%s)', ['fault-connect']),
+                    '08001', 15, 'call without a timeout')
