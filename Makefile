@@ -4,7 +4,8 @@ EXTENSION = zklock
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" zklock.control)
 MODULE_big = zklock
 OBJS = src/zklock.o src/session.o src/recipe.o src/locktable.o src/inspect.o src/functions.o
-DATA = sql/zklock--$(EXTVERSION).sql
+# every install and update script: sql/zklock--<v>.sql, sql/zklock--<a>--<b>.sql
+DATA = $(wildcard sql/zklock--*.sql)
 
 # pg_regress suites (sql/<name>.sql, expected/<name>.out); run by make test
 # against the throwaway cluster and ZooKeeper that test/run_tests.py starts.
@@ -27,11 +28,45 @@ $(OBJS): $(wildcard src/*.h)
 # The one command: installs missing Debian packages, builds, installs,
 # starts ZooKeeper and PostgreSQL on loopback, runs every suite, stops
 # everything and ends with "N passed, N failed".
+# `make test SANITIZE=1`: the same with the extension built with
+# AddressSanitizer + UndefinedBehaviorSanitizer, installed into a private
+# copy of the PostgreSQL tree (the system install is left alone) and the
+# ASan runtime preloaded into that cluster's postmaster (test/sanitize.sh).
 test:
-	bash test/run.sh
+	SANITIZE="$(SANITIZE)" bash test/run.sh
 
 unit:
 	$(MAKE) -C test/unit
 
 regress-list:
 	@echo $(REGRESS)
+
+# The other command: installs missing Debian packages, builds, installs,
+# starts a 3-server ZooKeeper ensemble and two PostgreSQL clusters on
+# loopback and plays a narrated scenario (demo/demo.py), then stops them;
+# `make demo KEEP=1` leaves them running and prints how to connect.
+.PHONY: demo
+demo:
+	@KEEP="$(KEEP)" bash demo/run.sh
+
+# Fuzzing of the pure recipe code (resource-name encoder, child-name
+# parser, ordering, predecessor choice) with libFuzzer, ASan and UBSan;
+# needs clang.  Not part of `make test`, which replays the corpus
+# (test/fuzz/corpus, by test/unit/test_corpus).  `make fuzz
+# FUZZ_SECONDS=600` fuzzes each target longer (default 180 s each);
+# `make -C test/fuzz merge` folds what was found into the corpus.
+.PHONY: fuzz
+fuzz:
+	$(MAKE) -C test/fuzz run
+
+# Performance against the ZooKeeper floor and the peers (issue 6):
+# installs missing packages, builds and installs the extension, builds
+# bench/rawzk.c and bench/CuratorBench.java, starts its own ZooKeeper and
+# PostgreSQL, measures zklock, a raw C client, Curator, kazoo and
+# pg_advisory_xact_lock side by side, prints a table of medians and writes
+# bench/results.md and bench/handoffs.png.  ~12-15 min on 2 cores;
+# `make bench QUICK=1` ~3 min; ZK_SERVERS=3 for a 3-server ensemble;
+# ZK_FSYNC=1 for forceSync=yes.
+.PHONY: bench
+bench:
+	QUICK="$(QUICK)" ZK_SERVERS="$(ZK_SERVERS)" ZK_FSYNC="$(ZK_FSYNC)" bash bench/run.sh

@@ -1,0 +1,375 @@
+"""
+Packaging tests: the Debian package, the PGXN metadata, one version.
+
+Run by test/run_tests.py (make test): each test_*(ctx) is one test, run in
+definition order.
+
+  * the version lives in one place, zklock.control's default_version: the
+    Makefile's EXTVERSION, debian/changelog (upstream part), META.json (as
+    SemVer: '1.0' is '1.0.0') and the install script's name agree with it;
+  * the script layout allows `ALTER EXTENSION zklock UPDATE` later: one
+    versioned install script zklock--<version>.sql, installed by DATA, and
+    every update script zklock--<from>--<to>.sql installed too;
+  * `dpkg-buildpackage -us -uc -b` builds postgresql-15-zklock in a
+    temporary copy of the tree (never in the work tree), leaves that copy's
+    `git status` clean, and the .deb holds the control file, the script and
+    zklock.so where PostgreSQL 15 looks for them, and depends on
+    libzookeeper-mt2 (via shlibs) and postgresql-15;
+  * the packaged files work: a backend with Debian's extension_destdir
+    pointing at the unpacked .deb runs CREATE EXTENSION zklock, loads the
+    packaged zklock.so (checked in /proc/<pid>/maps), takes a lock in the
+    test ensemble, and ALTER EXTENSION UPDATE follows an update script.
+    (The .deb is not installed for real: the machine's extension files
+    belong to `make install` and to whoever else runs tests here.)
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+import harness
+
+TIMEOUT = 240                   # seconds per test (the build is ~10-60 s)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PG_MAJOR = '15'
+PACKAGE = 'postgresql-%s-zklock' % PG_MAJOR
+EXT_DIR = '/usr/share/postgresql/%s/extension' % PG_MAJOR
+LIB_DIR = '/usr/lib/postgresql/%s/lib' % PG_MAJOR
+BUILD_TIMEOUT = 200
+
+# The package built by test_build_package, reused by the tests after it.
+_built = {}
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+def read(path):
+    with open(os.path.join(ROOT, path), encoding='utf-8') as f:
+        return f.read()
+
+
+def control_version():
+    m = re.search(r"^default_version\s*=\s*'([^']+)'\s*$",
+                  read('zklock.control'), re.M)
+    assert m, "zklock.control has no default_version = '...' line"
+    return m.group(1)
+
+
+def semver(version):
+    """A PostgreSQL extension version as PGXN's SemVer: '1.0' -> '1.0.0'."""
+    m = re.fullmatch(r'(\d+)\.(\d+)(?:\.(\d+))?(-[0-9A-Za-z.-]+)?', version)
+    assert m, ('default_version %r cannot be written as SemVer (PGXN '
+               'requires it): use MAJOR.MINOR[.PATCH][-PRERELEASE]' % version)
+    return '%s.%s.%s%s' % (m.group(1), m.group(2), m.group(3) or '0',
+                           m.group(4) or '')
+
+
+def changelog_version():
+    """(full, upstream) version of the newest debian/changelog entry."""
+    first = read('debian/changelog').splitlines()[0]
+    m = re.match(r'^zklock \(([^)]+)\) ', first)
+    assert m, 'debian/changelog does not start with "zklock (<version>)": %r' \
+        % first
+    full = m.group(1)
+    upstream = full.split(':', 1)[-1]            # no epoch
+    if '-' in upstream:
+        upstream = upstream.rsplit('-', 1)[0]    # no Debian revision
+    return full, upstream
+
+
+def clean_env(**extra):
+    """Environment for make/dpkg-buildpackage without the outer make's
+    flags."""
+    env = dict(os.environ)
+    for k in ('MAKEFLAGS', 'MAKELEVEL', 'MFLAGS', 'MAKEOVERRIDES'):
+        env.pop(k, None)
+    env.update(extra)
+    return env
+
+
+def run(cmd, cwd, timeout, env=None, check=True):
+    r = subprocess.run(cmd, cwd=cwd, env=env or clean_env(),
+                       stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, errors='replace', timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError('%s failed (status %d) in %s:\n%s' % (
+            ' '.join(cmd), r.returncode, cwd,
+            '\n'.join((r.stdout + r.stderr).splitlines()[-60:])))
+    return r
+
+
+def make_vars(tmp, *names):
+    """Values of Makefile variables, read with an extra makefile that only
+    prints them (the Makefile itself is not changed)."""
+    extra = os.path.join(tmp, 'print-vars.mk')
+    with open(extra, 'w') as f:
+        f.write('zklock-print-vars:\n')
+        for n in names:
+            f.write('\t@echo "%s=$(%s)"\n' % (n, n))
+    r = run(['make', '-s', '--no-print-directory', '-f', 'Makefile',
+             '-f', extra, 'zklock-print-vars',
+             'PG_CONFIG=' + harness.PG_CONFIG], ROOT, 60)
+    values = dict(line.split('=', 1) for line in r.stdout.splitlines()
+                  if '=' in line)
+    return {n: values.get(n, '').split() for n in names}
+
+
+def copy_tree(dest):
+    """Copy the work tree as it is now (tracked and untracked files, not
+    ignored ones: no build outputs) to `dest`; returns the file count."""
+    r = subprocess.run(['git', 'ls-files', '-z', '--cached', '--others',
+                        '--exclude-standard'], cwd=ROOT,
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, 'git ls-files failed: %s' % r.stderr.decode()
+    count = 0
+    for rel in sorted(set(r.stdout.decode().split('\0'))):
+        src = os.path.join(ROOT, rel)
+        if not rel or not os.path.isfile(src) or os.path.islink(src):
+            continue                     # deleted in the work tree
+        os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
+        shutil.copy2(src, os.path.join(dest, rel))
+        count += 1
+    return count
+
+
+def git(cwd, *args):
+    return run(['git', '-c', 'user.name=zklock test',
+                '-c', 'user.email=test@zklock.invalid',
+                '-c', 'init.defaultBranch=main'] + list(args), cwd, 60)
+
+
+# ---------------------------------------------------------------------------
+# tests
+# ---------------------------------------------------------------------------
+
+def test_versions_agree(ctx):
+    """zklock.control's default_version is the one version: the Makefile,
+    debian/changelog, META.json and the script name follow it."""
+    v = control_version()
+    tmp = tempfile.mkdtemp(prefix='zklock-pkgtest-')
+    try:
+        mv = make_vars(tmp, 'EXTVERSION')
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert mv['EXTVERSION'] == [v], \
+        'Makefile EXTVERSION %r != control %r' % (mv['EXTVERSION'], v)
+
+    full, upstream = changelog_version()
+    assert upstream == v, ('debian/changelog version %s (upstream part %s) '
+                           'does not match zklock.control %s: add a '
+                           'changelog entry' % (full, upstream, v))
+
+    meta = json.loads(read('META.json'))
+    assert meta.get('meta-spec', {}).get('version') == '1.0.0', \
+        'META.json meta-spec must be 1.0.0'
+    for key in ('name', 'abstract', 'version', 'maintainer', 'license',
+                'provides'):
+        assert meta.get(key), 'META.json lacks the mandatory %r' % key
+    assert meta['name'] == 'zklock'
+    assert meta['version'] == semver(v), \
+        'META.json version %s != %s (zklock.control %s as SemVer)' % (
+            meta['version'], semver(v), v)
+    prov = meta['provides'].get('zklock')
+    assert prov, 'META.json provides no "zklock" extension'
+    assert prov.get('version') == semver(v), \
+        'META.json provides.zklock.version %s != %s' % (prov.get('version'),
+                                                        semver(v))
+    assert prov.get('file') == 'sql/zklock--%s.sql' % v, \
+        'META.json provides.zklock.file %r is not the install script ' \
+        'sql/zklock--%s.sql' % (prov.get('file'), v)
+    ctx.log('version %s: Makefile, debian/changelog %s, META.json %s'
+            % (v, full, meta['version']))
+
+
+def test_script_layout_allows_updates(ctx):
+    """One versioned install script zklock--<version>.sql, installed by the
+    Makefile's DATA with every update script zklock--<a>--<b>.sql; the
+    control file names no script and no directory of its own."""
+    v = control_version()
+    control = read('zklock.control')
+    for key in ('directory', 'requires'):
+        assert not re.search(r'^\s*%s\s*=' % key, control, re.M), \
+            'zklock.control sets %s: keep the default layout' % key
+    assert re.search(r"^module_pathname\s*=\s*'\$libdir/zklock'", control,
+                     re.M), "module_pathname should be '$libdir/zklock'"
+
+    scripts = sorted(os.path.basename(p) for p in
+                     glob.glob(os.path.join(ROOT, 'sql', 'zklock--*.sql')))
+    assert 'zklock--%s.sql' % v in scripts, \
+        'no install script sql/zklock--%s.sql for default_version %s' % (v, v)
+    assert not os.path.exists(os.path.join(ROOT, 'sql', 'zklock.sql')), \
+        'an unversioned sql/zklock.sql cannot take part in updates'
+    updates = [s for s in scripts if s.count('--') == 2]
+    installs = [s for s in scripts if s.count('--') == 1]
+
+    tmp = tempfile.mkdtemp(prefix='zklock-pkgtest-')
+    try:
+        data = make_vars(tmp, 'DATA')['DATA']
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    installed = {os.path.basename(d) for d in data}
+    assert 'zklock--%s.sql' % v in installed, \
+        'the Makefile DATA (%s) does not install zklock--%s.sql' % (data, v)
+    missing = [s for s in updates if s not in installed]
+    assert not missing, (
+        'update scripts %s are not installed by the Makefile DATA (%s): '
+        'use DATA = $(wildcard sql/zklock--*.sql)' % (missing, data))
+
+    # every update script leads, step by step, to default_version
+    edges = {}
+    for s in updates:
+        a, b = s[len('zklock--'):-len('.sql')].split('--')
+        edges.setdefault(a, set()).add(b)
+    for a in edges:
+        seen, todo = set(), [a]
+        while todo:
+            x = todo.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            todo.extend(edges.get(x, ()))
+        assert v in seen, 'no update path from %s to %s' % (a, v)
+    ctx.log('install scripts %s, update scripts %s' % (installs,
+                                                       updates or 'none yet'))
+
+
+def test_build_package(ctx):
+    """dpkg-buildpackage -us -uc -b in a temporary copy of the tree: the
+    .deb lists control file, script and library; the copy stays clean."""
+    v = control_version()
+    full, _ = changelog_version()
+    tmp = tempfile.mkdtemp(prefix='zklock-pkgtest-')
+    try:
+        _build(ctx, tmp, v, full)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _built['tmp'] = tmp
+
+
+def _build(ctx, tmp, v, full):
+    src = os.path.join(tmp, 'zklock')
+    n = copy_tree(src)
+    git(src, 'init', '-q')
+    git(src, 'add', '-A')
+    git(src, 'commit', '-q', '-m', 'snapshot of the work tree')
+
+    t0 = time.monotonic()
+    r = run(['dpkg-buildpackage', '-us', '-uc', '-b'], src, BUILD_TIMEOUT,
+            env=clean_env(DEB_BUILD_OPTIONS='nocheck', LC_ALL='C.UTF-8'))
+    elapsed = time.monotonic() - t0
+    with open(os.path.join(tmp, 'build.log'), 'w') as f:
+        f.write(r.stdout + r.stderr)
+    assert 'run_tests.py' not in r.stdout + r.stderr, \
+        'the package build ran the test suite (make test)'
+
+    arch = run(['dpkg-architecture', '-qDEB_HOST_ARCH'], tmp, 30).stdout.strip()
+    deb = os.path.join(tmp, '%s_%s_%s.deb' % (PACKAGE, full, arch))
+    assert os.path.exists(deb), 'no %s; built: %s' % (
+        os.path.basename(deb), sorted(os.listdir(tmp)))
+
+    status = git(src, 'status', '--porcelain', '--ignored=no').stdout
+    assert not status.strip(), ('the build left files in the source tree '
+                                'that .gitignore does not cover (or changed '
+                                'tracked ones):\n%s' % status)
+
+    listing = run(['dpkg-deb', '-c', deb], tmp, 30).stdout
+    paths = {line.split()[-1].lstrip('.') for line in listing.splitlines()
+             if line.strip()}
+    for want in (EXT_DIR + '/zklock.control',
+                 EXT_DIR + '/zklock--%s.sql' % v,
+                 LIB_DIR + '/zklock.so'):
+        assert want in paths, '%s is not in the package:\n%s' % (want,
+                                                                   listing)
+    for s in glob.glob(os.path.join(ROOT, 'sql', 'zklock--*--*.sql')):
+        want = EXT_DIR + '/' + os.path.basename(s)
+        assert want in paths, 'update script %s is not in the package' % want
+
+    fields = {}
+    for name in ('Package', 'Version', 'Depends'):
+        fields[name] = run(['dpkg-deb', '-f', deb, name], tmp,
+                           30).stdout.strip()
+    assert fields['Package'] == PACKAGE, fields
+    assert fields['Version'] == full, fields
+    deps = [d.strip().split()[0] for d in fields['Depends'].split(',')]
+    for want in ('libzookeeper-mt2', 'postgresql-%s' % PG_MAJOR):
+        assert want in deps, 'Depends lacks %s: %s' % (want,
+                                                       fields['Depends'])
+    _built['deb'] = deb
+    if hasattr(ctx, 'figure'):          # newer runners print a FIGURES block
+        ctx.figure('dpkg-buildpackage -us -uc -b', elapsed, 's', '%.1f')
+    ctx.log('built %s in %.1f s (%d files copied); Depends: %s'
+            % (os.path.basename(deb), elapsed, n, fields['Depends']))
+
+
+def test_packaged_extension_works(ctx):
+    """CREATE EXTENSION from the unpacked .deb (extension_destdir), a lock
+    through the packaged zklock.so, ALTER EXTENSION UPDATE to a test
+    version through an update script."""
+    try:
+        if 'deb' not in _built:
+            raise AssertionError('test_build_package built no package')
+        v = control_version()
+        root = os.path.join(_built['tmp'], 'root')
+        run(['dpkg-deb', '-x', _built['deb'], root], _built['tmp'], 60)
+        os.chmod(_built['tmp'], 0o755)
+        # a later version, reached by an update script (not shipped)
+        nxt = v + '.999'
+        with open(os.path.join(root + EXT_DIR, 'zklock--%s--%s.sql'
+                               % (v, nxt)), 'w') as f:
+            f.write("COMMENT ON EXTENSION zklock IS 'zklock test update';\n")
+
+        db = 'zklock_pkg'
+        ctx.pg.psql('DROP DATABASE IF EXISTS %s' % db)
+        ctx.pg.psql('CREATE DATABASE %s' % db)
+        conn = ctx.pg.connect(dbname=db, application_name='zkt-package')
+        try:
+            cur = conn.cursor()
+            cur.execute('SET extension_destdir = %s', [root])
+            cur.execute("SET zklock.connect_timeout = '%ds'"
+                        % ctx.connect_timeout)
+            cur.execute("CREATE EXTENSION zklock VERSION '%s'" % v)
+            cur.execute("SELECT extversion FROM pg_extension "
+                        "WHERE extname = 'zklock'")
+            assert cur.fetchall() == [(v,)]
+
+            cur.execute('BEGIN')
+            cur.execute("SELECT zk_lock_exclusive('pkg-smoke', '10s')")
+            token = cur.fetchone()[0]
+            assert token > 0
+            assert len(ctx.zi.contenders('pkg-smoke')) == 1
+            cur.execute('COMMIT')
+
+            pid = conn.get_backend_pid()
+            with open('/proc/%d/maps' % pid) as f:
+                maps = {line.split()[-1] for line in f
+                        if line.rstrip().endswith('/zklock.so')}
+            assert maps == {root + LIB_DIR + '/zklock.so'}, \
+                'the backend mapped %s, not the packaged zklock.so' % maps
+
+            cur.execute("SELECT path FROM pg_extension_update_paths('zklock')"
+                        " WHERE source = %s AND target = %s", [v, nxt])
+            assert cur.fetchall() == [('%s--%s' % (v, nxt),)]
+            cur.execute("ALTER EXTENSION zklock UPDATE TO '%s'" % nxt)
+            cur.execute("SELECT extversion FROM pg_extension "
+                        "WHERE extname = 'zklock'")
+            assert cur.fetchall() == [(nxt,)]
+        finally:
+            conn.close()
+        ctx.pg.psql('DROP DATABASE IF EXISTS %s WITH (FORCE)' % db)
+        ctx.zi.wait_contenders('pkg-smoke', 0)
+        ctx.log('CREATE EXTENSION, a lock (token %d) and ALTER EXTENSION '
+                'UPDATE %s -> %s from the packaged files' % (token, v, nxt))
+    finally:
+        tmp = _built.pop('tmp', None)
+        _built.clear()
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
