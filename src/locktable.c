@@ -96,6 +96,7 @@ typedef struct Attempt
 	ZksRequest *creq;			/* create in flight */
 	ZksRequest *lreq;			/* listing in flight */
 	ZksRequest *ereq;			/* exists (watch) in flight */
+	List	   *preqs;			/* creates of the lock parent and ancestors */
 	char	   *node;			/* our node, once known */
 	const char *name;
 	int64		token;
@@ -636,16 +637,15 @@ done_req(ZksRequest **req)
 }
 
 /*
- * Create the lock parent and any missing ancestor, as CONTAINER nodes (the
- * server removes them once empty).  Sent together, answered in order.
+ * Create the lock parent and every ancestor, as CONTAINER nodes (the server
+ * removes them once empty).  Only sent here: the caller sends its create
+ * and listing right behind them, so the whole retry is one round trip
+ * (ZooKeeper runs a session's requests in order), then checks them with
+ * check_parents().
  */
 static void
-ensure_parents(Attempt *a)
+send_parents(Attempt *a)
 {
-	List	   *reqs = NIL;
-	ListCell   *lc;
-	ZksRc		failed = ZKS_OK;
-
 	for (const char *p = a->parent + 1; *p; p++)
 	{
 		/* every prefix ending before a '/', then the parent itself */
@@ -653,35 +653,45 @@ ensure_parents(Attempt *a)
 		{
 			char	   *path = pnstrdup(a->parent, p + 1 - a->parent);
 
-			reqs = lappend(reqs, zks_send_create(path, "", 0, ZKS_CONTAINER));
+			a->preqs = lappend(a->preqs,
+							   zks_send_create(path, "", 0, ZKS_CONTAINER));
 			pfree(path);
 		}
 	}
+}
 
-	PG_TRY();
+static void
+done_parents(Attempt *a)
+{
+	ListCell   *lc;
+
+	foreach(lc, a->preqs)
+		zks_done((ZksRequest *) lfirst(lc));
+	list_free(a->preqs);
+	a->preqs = NIL;
+}
+
+/*
+ * Existing parents are fine; a lost reply is left to the create behind
+ * them (it fails the same way); anything else ends the attempt.
+ */
+static void
+check_parents(Attempt *a)
+{
+	ListCell   *lc;
+	ZksRc		failed = ZKS_OK;
+
+	foreach(lc, a->preqs)
 	{
-		foreach(lc, reqs)
-		{
-			ZksRequest *req = (ZksRequest *) lfirst(lc);
-			ZksRc		rc = await_reply(a, req);
+		ZksRc		rc = await_reply(a, (ZksRequest *) lfirst(lc));
 
-			if (rc != ZKS_OK && rc != ZKS_NODEEXISTS && failed == ZKS_OK)
-				failed = rc;
-		}
+		if (rc != ZKS_OK && rc != ZKS_NODEEXISTS &&
+			rc != ZKS_CONNECTION_LOSS && rc != ZKS_NONODE && failed == ZKS_OK)
+			failed = rc;
 	}
-	PG_FINALLY();
-	{
-		foreach(lc, reqs)
-			zks_done((ZksRequest *) lfirst(lc));
-		list_free(reqs);
-	}
-	PG_END_TRY();
-
-	if (failed == ZKS_CONNECTION_LOSS)
-		await_reconnect(a);
-	else if (failed != ZKS_OK && failed != ZKS_NONODE)
+	done_parents(a);
+	if (failed != ZKS_OK)
 		zk_failure(a, "create the lock parent", failed);
-	/* NONODE: an ancestor was reaped meanwhile; the caller tries again */
 }
 
 /*
@@ -767,13 +777,20 @@ recover_create(Attempt *a)
 static void
 create_node(Attempt *a)
 {
+	bool		need_parents = false;
+
 	for (int tries = 0;; tries++)
 	{
 		ZksRc		rc;
 
+		if (need_parents)
+			send_parents(a);
 		a->creq = zks_send_create(a->create_path, a->data, strlen(a->data),
 								  ZKS_EPHEMERAL_SEQUENTIAL);
 		a->lreq = zks_send_children(a->parent);
+		if (need_parents)
+			check_parents(a);
+		need_parents = false;
 
 		rc = await_reply(a, a->creq);
 		if (rc == ZKS_OK)
@@ -794,8 +811,9 @@ create_node(Attempt *a)
 
 		if (rc == ZKS_NONODE)
 		{
+			/* no lock parent (yet, or reaped): create it on the next try */
 			done_req(&a->creq);
-			ensure_parents(a);
+			need_parents = true;
 		}
 		else if (rc == ZKS_CONNECTION_LOSS)
 		{
@@ -939,6 +957,7 @@ abandon_attempt(Attempt *a)
 	zks_done(a->lreq);
 	zks_done(a->ereq);
 	a->creq = a->lreq = a->ereq = NULL;
+	done_parents(a);
 	if (a->node)
 		zks_delete_async(a->node);
 	if (a->uncertain)
