@@ -22,7 +22,15 @@ fail() {   # a step that leaves nothing to test: still end with the count
 bash test/install-deps.sh || fail "installing the packages (test/install-deps.sh)"
 
 failed=()
-if ! make PG_CONFIG="$PG_CONFIG"; then
+if [ -n "${SANITIZE:-}" ] && [ "$SANITIZE" != 0 ]; then
+    # `make test SANITIZE=1`: an ASan+UBSan build of the extension, seen
+    # only by this run (test/sanitize.sh); the system's zklock.so and the
+    # work tree's objects stay as they are.
+    sanitize_dir=$(mktemp -d /tmp/zklock-sanitize-XXXXXX)
+    if ! bash test/sanitize.sh "$sanitize_dir"; then
+        failed+=(--failed-step build)
+    fi
+elif ! make PG_CONFIG="$PG_CONFIG"; then
     failed+=(--failed-step build)
 elif ! "${SUDO[@]}" make PG_CONFIG="$PG_CONFIG" install; then
     failed+=(--failed-step install)
@@ -31,4 +39,24 @@ if ! make -C test/unit; then
     failed+=(--failed-step unit)
 fi
 
-exec "$PYTHON" test/run_tests.py "${failed[@]}" "$@"
+if [ -z "${sanitize_dir:-}" ]; then
+    exec "$PYTHON" test/run_tests.py "${failed[@]}" "$@"
+fi
+if [ -f "$sanitize_dir/inside.sh" ]; then
+    # a private mount namespace: the sanitizer build is mounted over
+    # PostgreSQL's $libdir and extension directory for this run only
+    "${SUDO[@]}" unshare --mount --propagation private -- \
+        bash "$sanitize_dir/inside.sh" "$PYTHON" test/run_tests.py "${failed[@]}" "$@"
+else
+    "$PYTHON" test/run_tests.py "${failed[@]}" "$@"
+fi
+status=$?
+# keep the sanitizer reports (if any), drop the build
+rm -rf "$sanitize_dir/build" "$sanitize_dir/root" "$sanitize_dir/orig"
+if [ -n "$(ls -A "$sanitize_dir/reports" 2>/dev/null)" ]; then
+    echo "run.sh: sanitizer reports in $sanitize_dir/reports" >&2
+    status=1
+else
+    rm -rf "$sanitize_dir"
+fi
+exit $status

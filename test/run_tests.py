@@ -25,9 +25,28 @@ A python test module is plain functions:
         assert ...
 
 Tests run in definition order, each in its own thread with a time bound
-(module attribute TIMEOUT, default 120 s); an exception, a failed
-assertion or the time bound makes the test fail.  Backends a test opened
-are closed (terminated if stuck) after it, whatever happened.
+(module attribute TIMEOUT, default 120 s, or the function's own `timeout`
+attribute); an exception, a failed assertion or the time bound makes the
+test fail.  Backends a test opened are closed (terminated if stuck) after
+it, whatever happened.
+
+A module may also define (both optional):
+
+    def setup_module(ctx):      # once, before its first test
+        ctx.shared.ens = harness.ZooKeeper(n=3, base_dir=ctx.workdir, ...)
+    def teardown_module(ctx):   # once, after its last test, always
+        ...                     # (also after a failed setup_module)
+
+Both get a TestContext like a test's; `ctx.shared` is one namespace per
+module that every test of the module sees as `ctx.shared`.  Each is
+bounded (module attribute SETUP_TIMEOUT, default 300 s).  A failed
+setup_module fails every test of the module (they do not run); a failed
+teardown_module counts as one failure.  Whatever either starts through
+harness is stopped at exit in any case.  Clusters listed in
+`ctx.shared.clusters` have their server logs shown for a failed test, as
+the main cluster's is.  `ctx.figure(name, value, unit)` records a
+measured figure; a module's figures are printed in a FIGURES block at the
+end of its output.
 """
 
 import argparse
@@ -41,6 +60,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 
 sys.dont_write_bytecode = True          # no __pycache__ in the work tree
 
@@ -307,7 +327,7 @@ def run_regress(results, pg, workdir):
 class SuiteContext:
     """What every python test shares: the servers and a kazoo client."""
 
-    def __init__(self, zk, pg, kz):
+    def __init__(self, zk, pg, kz, workdir=None):
         self.zk = zk
         self.pg = pg
         self.kz = kz
@@ -316,6 +336,10 @@ class SuiteContext:
         self.dbname = TEST_DB
         self.session_timeout = SESSION_TIMEOUT_S
         self.connect_timeout = CONNECT_TIMEOUT_S
+        self.workdir = workdir          # None: harness makes its own dirs
+
+
+ZOO_LOG_LINE = re.compile(r'^\S+ \S+:\d+\(0x[0-9a-f]+\):ZOO_[A-Z]+@')
 
 
 class TestContext:
@@ -324,24 +348,60 @@ class TestContext:
     Attributes: pg (PgCluster), zk (ZooKeeper), kz (kazoo client),
     zi (ZkInspector on the root), root, dbname (has the extension),
     session_timeout and connect_timeout (seconds, as configured),
-    name (the test's name).
+    name (the test's name), workdir (the runner's work directory: put
+    servers a module starts itself under it), shared (the module's
+    namespace, see setup_module in the module docstring).
     """
 
-    def __init__(self, suite_ctx, name):
+    def __init__(self, suite_ctx, name, shared=None, figures=None):
         self.__dict__.update(vars(suite_ctx))
         self.name = name
+        self.shared = shared if shared is not None \
+            else types.SimpleNamespace()
+        self._figures = figures if figures is not None else []
         self._backends = []
         self._admin = None
         self._lock = threading.Lock()
         self.log_offset = self.pg.log_size()
+        self.log_offsets = [(c, c.log_size())
+                            for c in getattr(self.shared, 'clusters', [])]
 
-    def backend(self, name=None, dbname=None, **kw):
-        """A new Backend on the test database, closed after the test."""
-        b = harness.Backend(self.pg, name or 'zkt-%s' % self.name,
+    def backend(self, name=None, dbname=None, cluster=None, **kw):
+        """A new Backend on the test database (of `cluster`, default the
+        main cluster), closed after the test."""
+        b = harness.Backend(cluster or self.pg, name or 'zkt-%s' % self.name,
                             dbname=dbname or self.dbname, **kw)
         with self._lock:
             self._backends.append(b)
         return b
+
+    def figure(self, name, value, unit='', fmt='%s'):
+        """Record a measured figure (printed in the module's FIGURES block
+        at the end of its output); a name recorded again is replaced."""
+        with self._lock:
+            self._figures[:] = [f for f in self._figures if f[0] != name]
+            self._figures.append((name, value, unit, fmt))
+
+    def server_logs(self, lines=30):
+        """The tail of what every watched server log got since the test
+        began: the main cluster's and those of ctx.shared.clusters."""
+        parts = []
+        text = self.pg.log_since(self.log_offset)
+        if text.strip():
+            parts.append('server log during the test (tail):\n'
+                         + '\n'.join(text.splitlines()[-lines:]))
+        for c, offset in self.log_offsets:
+            # libzookeeper's own stderr lines (every refused reconnect
+            # while a test breaks servers) would hide PostgreSQL's
+            all_lines = c.log_since(offset).splitlines()
+            kept = [ln for ln in all_lines if not ZOO_LOG_LINE.match(ln)]
+            if kept or all_lines:
+                parts.append('server log of %s during the test (tail%s):\n%s'
+                             % (c.name, ', %d libzookeeper lines left out'
+                                % (len(all_lines) - len(kept))
+                                if len(kept) < len(all_lines) else '',
+                                '\n'.join(kept[-lines:])))
+        return '\n'.join(parts)
 
     @property
     def admin(self):
@@ -423,7 +483,42 @@ def run_one(fn, ctx, timeout):
     return box.get('error')
 
 
-def run_python(results, zk, pg, pattern):
+def print_figures(modname, figures):
+    if not figures:
+        return
+    out('  FIGURES %s' % modname)
+    width = max(len(f[0]) for f in figures)
+    for name, value, unit, fmt in figures:
+        try:
+            text = fmt % value
+        except (TypeError, ValueError):
+            text = str(value)
+        out('    %-*s  %s%s' % (width, name, text, ' ' + unit if unit else ''))
+    out('  END FIGURES')
+
+
+def run_module_hook(results, modname, hook, suite_ctx, shared, figures,
+                    timeout):
+    """Run setup_module/teardown_module like a test (bounded, backends
+    closed).  Returns True if it succeeded; a failure is counted."""
+    fn = getattr(hook[0], hook[1])
+    ctx = TestContext(suite_ctx, hook[1], shared, figures)
+    t0 = time.monotonic()
+    try:
+        error = run_one(fn, ctx, timeout)
+    finally:
+        ctx.close()
+    elapsed = time.monotonic() - t0
+    if error is None:
+        out('  ok    %s.%s (%.1f s)' % (modname, hook[1], elapsed))
+        return True
+    logs = ctx.server_logs()
+    results.fail(modname, '%s (%.1f s)' % (hook[1], elapsed),
+                 error + ('\n' + logs if logs else ''))
+    return False
+
+
+def run_python(results, zk, pg, pattern, workdir=None):
     out('== python: test/test_*.py')
     modules = discover(pattern)
     if not modules:
@@ -443,7 +538,7 @@ def run_python(results, zk, pg, pattern):
                 results.fail(modname, '%s: %s' % (name, setup_error))
         return
     try:
-        suite_ctx = SuiteContext(zk, pg, kz)
+        suite_ctx = SuiteContext(zk, pg, kz, workdir)
         for modname, mod, tests in modules:
             if isinstance(mod, str):          # import failed
                 results.fail(modname, 'import failed', mod)
@@ -453,26 +548,42 @@ def run_python(results, zk, pg, pattern):
                     results.fail(modname, 'defines no test_* function')
                 continue
             timeout = getattr(mod, 'TIMEOUT', DEFAULT_TEST_TIMEOUT)
-            for name, fn in tests:
-                ctx = TestContext(suite_ctx, name)
-                t0 = time.monotonic()
-                try:
-                    error = run_one(fn, ctx, timeout)
-                finally:
-                    ctx.close()
-                elapsed = time.monotonic() - t0
-                if error is None:
-                    results.ok(modname, name)
-                    out('  ok    %s.%s (%.1f s)' % (modname, name, elapsed))
-                else:
-                    log_excerpt = pg.log_since(ctx.log_offset)
-                    detail = error
-                    if log_excerpt.strip():
-                        detail += ('\nserver log during the test (tail):\n'
-                                   + '\n'.join(
-                                       log_excerpt.splitlines()[-30:]))
-                    results.fail(modname, '%s (%.1f s)' % (name, elapsed),
-                                 detail)
+            setup_timeout = getattr(mod, 'SETUP_TIMEOUT', 300)
+            shared = types.SimpleNamespace()
+            figures = []
+            ready = True
+            if callable(getattr(mod, 'setup_module', None)):
+                ready = run_module_hook(results, modname,
+                                        (mod, 'setup_module'), suite_ctx,
+                                        shared, figures, setup_timeout)
+            try:
+                for name, fn in tests:
+                    if not ready:
+                        results.fail(modname, '%s: not run, setup_module '
+                                     'failed' % name)
+                        continue
+                    ctx = TestContext(suite_ctx, name, shared, figures)
+                    t0 = time.monotonic()
+                    try:
+                        error = run_one(fn, ctx, getattr(fn, 'timeout',
+                                                         timeout))
+                    finally:
+                        ctx.close()
+                    elapsed = time.monotonic() - t0
+                    if error is None:
+                        results.ok(modname, name)
+                        out('  ok    %s.%s (%.1f s)'
+                            % (modname, name, elapsed))
+                    else:
+                        logs = ctx.server_logs()
+                        results.fail(modname, '%s (%.1f s)' % (name, elapsed),
+                                     error + ('\n' + logs if logs else ''))
+            finally:
+                if callable(getattr(mod, 'teardown_module', None)):
+                    run_module_hook(results, modname,
+                                    (mod, 'teardown_module'), suite_ctx,
+                                    shared, figures, setup_timeout)
+            print_figures(modname, figures)
             suite_line(results, [modname])
     finally:
         try:
@@ -545,7 +656,7 @@ def main():
                 suite_line(results, ['regress'])
             if 'python' in server_suites:
                 try:
-                    run_python(results, zk, pg, args.pattern)
+                    run_python(results, zk, pg, args.pattern, workdir)
                 except Exception:
                     results.fail('python', 'suite crashed',
                                  traceback.format_exc())

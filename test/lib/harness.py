@@ -35,6 +35,9 @@ import time
 import psycopg2
 
 PG_BIN = '/usr/lib/postgresql/15/bin'
+# Extra environment of every postmaster started here, "NAME=VALUE ...":
+# `make test SANITIZE=1` (test/sanitize.sh) preloads the ASan runtime.
+PG_ENV = os.environ.get('ZKLOCK_PG_ENV', '').split()
 PG_CONFIG = PG_BIN + '/pg_config'
 PG_REGRESS = '/usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress'
 ZK_CLASSPATH = '/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar'
@@ -414,6 +417,62 @@ class ZooKeeper:
         self._spawn(sid)
         self.wait_serving(timeout=timeout)
 
+    def stop_server(self, sid, timeout=15):
+        """Stop one server cleanly (SIGTERM, SIGKILL after `timeout` s)."""
+        self._terminate(sid, timeout=timeout)
+
+    def start_servers(self, sids=None, timeout=60):
+        """Start the given servers (default: every server that is not
+        running), resume paused ones, and wait until every server
+        serves.  Brings an ensemble back to full strength after a fault."""
+        sids = self.sids if sids is None else list(sids)
+        for sid in sids:
+            if sid in self.paused and self.is_running(sid):
+                self.resume(sid)
+            elif not self.is_running(sid):
+                self._spawn(sid)
+        deadline = time.monotonic() + timeout
+        self.wait_serving(timeout=timeout)
+        self.wait_synced(timeout=max(1.0, deadline - time.monotonic()))
+
+    def wait_synced(self, timeout=60):
+        """With n > 1: wait until the leader counts every other running
+        server as a synced follower (`mntr` zk_synced_followers).  A
+        server answers `srvr` as a follower before its sync with the
+        leader is complete; killing the leader in that window can wedge
+        ZooKeeper 3.8 for a while (its SyncThread dies and it acks with
+        an old epoch), so a test that breaks the ensemble again waits
+        for this first."""
+        if self.n == 1:
+            return
+        want = len([s for s in self.sids if self.is_running(s)
+                    and s not in self.paused]) - 1
+
+        def synced():
+            leader = self.leader()
+            if leader is None:
+                return False
+            try:
+                out = self.four_letter(leader, 'mntr', timeout=2.0)
+            except OSError:
+                return False
+            m = re.search(r'^zk_synced_followers\s+(\d+)', out, re.M)
+            return m is not None and int(m.group(1)) >= want
+        wait_until(synced, timeout, 'the leader to count %d synced '
+                   'follower(s)' % want, interval=0.1)
+
+    def sid_of(self, host_port):
+        """The sid of the server listening at 'host:port' (as zk_status()
+        reports it), or None."""
+        try:
+            port = int(str(host_port).rsplit(':', 1)[1])
+        except (IndexError, ValueError):
+            return None
+        for sid, p in self.client_ports.items():
+            if p == port:
+                return sid
+        return None
+
     # -- four letter words ------------------------------------------------
 
     def four_letter(self, sid, word, timeout=5.0):
@@ -565,6 +624,36 @@ class PgCluster:
         with open(os.path.join(self.data_dir, 'postgresql.conf'), 'a') as f:
             f.write("\ninclude = 'harness.conf'\n")
 
+    def init_standby(self, primary, timeout=120):
+        """Make this (not yet initialised) cluster a streaming hot standby
+        of `primary`: pg_basebackup -R from it (trust replication on
+        127.0.0.1 is in initdb's default pg_hba.conf), then this
+        cluster's own port, socket directory and log.  start() as usual;
+        it waits until the standby accepts read-only connections."""
+        os.makedirs(self.dir, exist_ok=True)
+        os.chmod(self.dir, 0o755)
+        chown_to_pg_user(self.dir)
+        self._run([PG_BIN + '/pg_basebackup', '-h', primary.host,
+                   '-p', str(primary.port), '-U', 'postgres',
+                   '-D', self.data_dir, '-R', '-X', 'stream', '--no-sync',
+                   '-c', 'fast'], timeout=timeout)
+        conf = dict(primary.extra_conf)
+        conf.update({
+            'listen_addresses': '127.0.0.1',
+            'port': self.port,
+            'unix_socket_directories': self.socket_dir,
+            'hot_standby': True,
+        })
+        conf.update(self.extra_conf)
+        # harness.conf (copied from the primary) is included last, so the
+        # primary's port and socket directory are overridden here
+        path = os.path.join(self.data_dir, 'harness.conf')
+        with open(path, 'a') as f:
+            f.write('# standby of %s\n' % primary.name)
+            for k, v in conf.items():
+                f.write('%s = %s\n' % (k, _conf_value(v)))
+        self.extra_conf = conf
+
     def _write_conf(self, filename, settings):
         path = os.path.join(self.data_dir, filename)
         with open(path, 'w') as f:
@@ -604,7 +693,8 @@ class PgCluster:
         log('starting PostgreSQL %s on 127.0.0.1:%d (data %s)'
             % (self.name, self.port, self.data_dir))
         try:
-            self._run([PG_BIN + '/pg_ctl', '-D', self.data_dir,
+            self._run((['env'] + PG_ENV if PG_ENV else []) +
+                      [PG_BIN + '/pg_ctl', '-D', self.data_dir,
                        '-l', self.log_path, '-w', '-t', str(timeout),
                        'start'], timeout=timeout + 10)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
