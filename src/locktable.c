@@ -243,14 +243,11 @@ typedef struct CheckRound
 {
 	NodeCheck  *checks;
 	int			n;
-	ZksRequest *sync;
 } CheckRound;
 
 static void
 end_round(CheckRound *r)
 {
-	zks_done(r->sync);
-	r->sync = NULL;
 	for (int i = 0; i < r->n; i++)
 	{
 		zks_done(r->checks[i].req);
@@ -259,10 +256,19 @@ end_round(CheckRound *r)
 }
 
 /*
- * One round: a sync (so a follower answers with the leader's view) and an
- * exists per unconfirmed node, sent back to back.  Returns false if the
- * round must be repeated after a reconnect, and sets *timedout if the
- * deadline passed.
+ * One round: an exists per unconfirmed node, all sent back to back.
+ * Returns false if the round must be repeated after a reconnect, and sets
+ * *timedout if the deadline passed (or an error came that asking again
+ * would not cure).
+ *
+ * No "sync" first.  It doubled the cost of the check, and it is not what
+ * makes the check safe: a backend that was frozen or cut off past the
+ * session timeout has also missed libzookeeper's receive deadline (2/3 of
+ * it), so the library drops that connection before anything is answered
+ * on it, and the reconnect is validated by the leader, which reports the
+ * session expired.  A lagging server can only miss another client's
+ * delete of our node that is a few milliseconds old, which no check can
+ * tell from a delete that comes just after it.
  */
 static bool
 check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
@@ -271,17 +277,10 @@ check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
 	bool		complete = true;
 	ZksRc		rc;
 
-	r->sync = zks_send_sync("/");
 	for (int i = 0; i < r->n; i++)
 		if (!r->checks[i].done)
 			r->checks[i].req = zks_send_exists(r->checks[i].lock->node, false);
 
-	rc = zks_wait(r->sync, deadline);
-	if (rc != ZKS_OK && rc != ZKS_CONNECTION_LOSS)
-	{
-		*timedout = true;
-		return false;
-	}
 	for (int i = 0; i < r->n; i++)
 	{
 		NodeCheck  *c = &r->checks[i];
@@ -335,7 +334,6 @@ confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
 
 	r.checks = palloc0(sizeof(NodeCheck) * (hash_get_num_entries(lock_table) + 1));
 	r.n = 0;
-	r.sync = NULL;
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{

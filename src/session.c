@@ -807,6 +807,14 @@ open_handle(void)
 	}
 
 	/*
+	 * By default libzookeeper resolves the host list again every time its
+	 * I/O thread polls (getaddrinfo, a netlink dump): a large part of every
+	 * round trip.  Resolve only when a connection is lost, which is when a
+	 * changed DNS entry matters.
+	 */
+	(void) zoo_set_servers_resolution_delay(h, -1);
+
+	/*
 	 * Authenticate before anything else: requests go out in order, and the
 	 * library sends the credentials again after every reconnect.
 	 */
