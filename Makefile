@@ -28,10 +28,11 @@ $(OBJS): $(wildcard src/*.h)
 # The one command: installs missing Debian packages, builds, installs,
 # starts ZooKeeper and PostgreSQL on loopback, runs every suite, stops
 # everything and ends with "N passed, N failed".
-# `make test SANITIZE=1`: the same with the extension built with
-# AddressSanitizer + UndefinedBehaviorSanitizer, installed into a private
-# copy of the PostgreSQL tree (the system install is left alone) and the
-# ASan runtime preloaded into that cluster's postmaster (test/sanitize.sh).
+# `make test SANITIZE=1` (as root): the same with the extension built with
+# AddressSanitizer + UndefinedBehaviorSanitizer, seen only by this run (a
+# private mount namespace covers $libdir; the system install is left
+# alone), the ASan runtime preloaded into the test clusters' postmasters;
+# reports fail the run (test/sanitize.sh).
 test:
 	SANITIZE="$(SANITIZE)" bash test/run.sh
 

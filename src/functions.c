@@ -51,6 +51,8 @@ resource_arg(FunctionCallInfo fcinfo, char **relpath)
 {
 	text	   *t;
 	char	   *res;
+	char	   *utf8;
+	size_t		utf8_len;
 	char	   *out;
 
 	if (PG_ARGISNULL(0))
@@ -62,7 +64,18 @@ resource_arg(FunctionCallInfo fcinfo, char **relpath)
 	res = text_to_cstring(t);
 	out = palloc(ZKR_MAX_ENCODED_BYTES + 1);
 
-	switch (zkr_encode_resource(res, VARSIZE_ANY_EXHDR(t), out,
+	/*
+	 * The lock is named by the name's UTF-8 bytes, whatever the database
+	 * encoding, so 'café' is one lock on every cluster (and for Curator
+	 * and kazoo, which use UTF-8).  SQL_ASCII bytes are taken as they are.
+	 */
+	if (GetDatabaseEncoding() == PG_SQL_ASCII)
+		utf8 = res;
+	else
+		utf8 = pg_server_to_any(res, strlen(res), PG_UTF8);
+	utf8_len = strlen(utf8);
+
+	switch (zkr_encode_resource(utf8, utf8_len, out,
 								ZKR_MAX_ENCODED_BYTES + 1))
 	{
 		case ZKR_ENCODE_OK:
@@ -76,9 +89,8 @@ resource_arg(FunctionCallInfo fcinfo, char **relpath)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("zklock resource name is too long"),
-					 errdetail("The name is %d bytes; at most %d are allowed.",
-							   (int) VARSIZE_ANY_EXHDR(t),
-							   ZKR_MAX_RESOURCE_BYTES)));
+					 errdetail("The name is %d bytes in UTF-8; at most %d are allowed.",
+							   (int) utf8_len, ZKR_MAX_RESOURCE_BYTES)));
 			break;
 		case ZKR_ENCODE_EMPTY_LEVEL:
 			ereport(ERROR,
@@ -254,31 +266,53 @@ session_id_datum(int64 id)
 	return CStringGetTextDatum(psprintf("0x%llx", (unsigned long long) id));
 }
 
+/* Owner data longer than this is cut (another client's node may hold 1 MB). */
+#define OWNER_MAX_BYTES 1024
+
 /*
- * A node's data as text: as is when it is UTF-8 that the database encoding
- * can hold (any UTF-8 in a UTF-8 database, ASCII in any), otherwise hex in
- * bytea's output form, so binary data from another client can neither fail
- * the query nor smuggle bytes.
+ * A node's data as text: as is when it is printable UTF-8 that the
+ * database encoding can hold (any UTF-8 in a UTF-8 database, ASCII in
+ * any), otherwise hex in bytea's output form, so binary data or terminal
+ * escapes from another client can neither fail the query nor reach an
+ * operator's terminal.  Cut to OWNER_MAX_BYTES (on a character boundary),
+ * with "..." after it.
  */
 static Datum
 owner_datum(const char *data, int len)
 {
 	StringInfoData buf;
 	bool		ascii = true;
+	bool		printable = true;
+	bool		cut = len > OWNER_MAX_BYTES;
+	int			show = cut ? OWNER_MAX_BYTES : len;
 
 	for (int i = 0; i < len; i++)
-		if ((unsigned char) data[i] >= 0x80)
-			ascii = false;
+	{
+		unsigned char ch = (unsigned char) data[i];
 
-	if (pg_verify_mbstr(PG_UTF8, data, len, true) &&
-		(ascii || GetDatabaseEncoding() == PG_UTF8))
-		return PointerGetDatum(cstring_to_text_with_len(data, len));
+		if (ch >= 0x80)
+			ascii = false;
+		else if ((ch < 0x20 && ch != '\t') || ch == 0x7F)
+			printable = false;
+	}
 
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "\\x");
-	for (int i = 0; i < len; i++)
-		appendStringInfo(&buf, "%02x", (unsigned char) data[i]);
-	return CStringGetTextDatum(buf.data);
+	if (printable && pg_verify_mbstr(PG_UTF8, data, len, true) &&
+		(ascii || GetDatabaseEncoding() == PG_UTF8))
+	{
+		if (cut)
+			show = pg_encoding_mbcliplen(PG_UTF8, data, len, OWNER_MAX_BYTES);
+		appendBinaryStringInfo(&buf, data, show);
+	}
+	else
+	{
+		appendStringInfoString(&buf, "\\x");
+		for (int i = 0; i < show; i++)
+			appendStringInfo(&buf, "%02x", (unsigned char) data[i]);
+	}
+	if (cut)
+		appendStringInfoString(&buf, "...");
+	return PointerGetDatum(cstring_to_text_with_len(buf.data, buf.len));
 }
 
 /* zk_lock_queue(resource): the lock's whole queue, every client included. */

@@ -327,6 +327,7 @@ zkr_decide(const ZkrContender *c, int n, const char *self, ZkrMode mode,
 		   const char *const *own, int n_own)
 {
 	ZkrDecision d = {false, false, -1, -1, 0};
+	uint32_t	best = 0;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -341,17 +342,35 @@ zkr_decide(const ZkrContender *c, int n, const char *self, ZkrMode mode,
 		return d;
 
 	/*
-	 * Walk the contenders ahead of self.  The last conflicting one seen is
-	 * the greatest lower conflicting contender: the only node to watch.
+	 * Judge every contender against self, not by its place in the array.
+	 * Serial-number order is not transitive once sequence numbers spread
+	 * over more than 2^31 (only hand-made names can do that), so a sorted
+	 * array may differ between two listings; but for any two contenders
+	 * exactly one precedes the other, so two of them can never both find
+	 * nothing ahead and hold an exclusive lock together.
+	 *
+	 * The node to watch is the conflicting one closest below self: the
+	 * greatest lower one in an ordinary queue.
 	 */
-	for (int i = 0; i < d.self; i++)
+	for (int i = 0; i < n; i++)
 	{
+		uint32_t	distance;
+
+		if (i == d.self || zkr_contender_cmp(&c[i], &c[d.self]) >= 0)
+			continue;
 		if (is_own(c[i].name, own, n_own))
 			continue;
 		if (mode == ZKR_MODE_SHARED && c[i].mode != ZKR_MODE_EXCLUSIVE)
 			continue;
 		d.blockers++;
-		d.predecessor = i;
+		distance = c[d.self].seq - c[i].seq;
+		if (d.predecessor < 0 || distance < best ||
+			(distance == best &&
+			 strcmp(c[i].name, c[d.predecessor].name) > 0))
+		{
+			d.predecessor = i;
+			best = distance;
+		}
 	}
 	d.held = (d.blockers == 0);
 	return d;

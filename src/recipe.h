@@ -82,7 +82,9 @@ typedef struct ZkrContender
  * where SEQ is ten digits, or a '-' followed by nine or ten digits (the
  * forms ZooKeeper's "%010d" produces once the parent's counter has wrapped
  * past 2^31).  "lock-", "__lock__" and "__WRIT__" are exclusive, "__READ__"
- * and "__rlock__" shared.  Returns false (and mode NONE) for anything else.
+ * and "__rlock__" shared.  Returns false (and mode NONE) for anything else,
+ * including a sequence outside what a 32-bit counter prints (above
+ * 4294967295 or below -2147483648).
  */
 extern bool zkr_parse_child(const char *name, ZkrContender *out);
 
@@ -151,8 +153,10 @@ typedef struct ZkrDecision
 } ZkrDecision;
 
 /*
- * Decide for the contender named self, of the given mode, in the sorted
- * queue c[0..n-1].  own[0..n_own-1] are other nodes of the same backend
+ * Decide for the contender named self, of the given mode, among the
+ * contenders c[0..n-1] (any order: each is judged against self with
+ * zkr_contender_cmp, so two contenders agree on which precedes the other
+ * whatever their listings).  own[0..n_own-1] are other nodes of the same backend
  * under the same parent: they never conflict with self (PostgreSQL's
  * advisory-lock rule).
  *

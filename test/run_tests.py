@@ -81,6 +81,8 @@ DEFAULT_TEST_TIMEOUT = 120
 UNIT_TIMEOUT = 120
 REGRESS_TIMEOUT = 600
 UNIT_EXE = os.path.join(HERE, 'unit', 'test_recipe')
+# the fuzz corpus (test/fuzz/corpus) replayed through the fuzz checks
+CORPUS_EXE = os.path.join(HERE, 'unit', 'test_corpus')
 STEP_NAMES = {                  # --failed-step values given by test/run.sh
     'build': 'make (building the extension)',
     'install': 'make install',
@@ -197,18 +199,19 @@ def parse_tap(text, results, suite):
     return failed_any
 
 
-def run_unit(results, build_failed):
+def run_unit(results, build_failed, exe=UNIT_EXE):
     suite = 'unit'
-    out('== unit: %s' % os.path.relpath(UNIT_EXE, ROOT))
+    name = os.path.basename(exe)
+    out('== unit: %s' % os.path.relpath(exe, ROOT))
     if build_failed:
         # already counted as the failed build step "unit"
         out('  not run: make -C test/unit failed (see above)')
         return
-    if not os.access(UNIT_EXE, os.X_OK):
-        results.fail(suite, '%s was not built' % UNIT_EXE)
+    if not os.access(exe, os.X_OK):
+        results.fail(suite, '%s was not built' % exe)
         return
     try:
-        r = subprocess.run([UNIT_EXE], cwd=os.path.dirname(UNIT_EXE),
+        r = subprocess.run([exe], cwd=os.path.dirname(exe),
                            stdin=subprocess.DEVNULL, capture_output=True,
                            text=True, errors='replace', timeout=UNIT_TIMEOUT)
         text, status = r.stdout, r.returncode
@@ -218,12 +221,12 @@ def run_unit(results, build_failed):
         status = 'timeout'
     failed_any = parse_tap(text, results, suite)
     if status == 'timeout':
-        results.fail(suite, 'test_recipe did not finish within %d s'
-                     % UNIT_TIMEOUT)
+        results.fail(suite, '%s did not finish within %d s'
+                     % (name, UNIT_TIMEOUT))
         failed_any = True
     elif status != 0 and not failed_any:
         # e.g. a crash after the last "ok": never let it pass silently
-        results.fail(suite, 'test_recipe exited with status %s' % status)
+        results.fail(suite, '%s exited with status %s' % (name, status))
         failed_any = True
     if failed_any:
         out(indent(head(text + (r.stderr if status != 'timeout' else ''),
@@ -594,6 +597,29 @@ def run_python(results, zk, pg, pattern, workdir=None):
 
 
 # ---------------------------------------------------------------------------
+# sanitizer reports (make test SANITIZE=1, see test/sanitize.sh)
+# ---------------------------------------------------------------------------
+
+def check_sanitizer_reports(results):
+    """With SANITIZE=1 the postmaster writes ASan/UBSan reports (of any
+    process, at any time, shutdown included) to files in
+    $ZKLOCK_SANITIZER_LOG_DIR: none is one passed test, each report one
+    failed test."""
+    d = os.environ.get('ZKLOCK_SANITIZER_LOG_DIR')
+    if not d:
+        return
+    out('== sanitizer: reports in %s' % d)
+    reports = sorted(glob.glob(os.path.join(d, '*')))
+    if not reports:
+        results.ok('sanitizer', 'no ASan/UBSan report')
+    for path in reports:
+        with open(path, errors='replace') as f:
+            results.fail('sanitizer', os.path.basename(path),
+                         head(f.read(), 80))
+    suite_line(results, ['sanitizer'])
+
+
+# ---------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------
 
@@ -624,7 +650,8 @@ def main():
                            for s in args.failed_step)
 
         if 'unit' in suites:
-            run_unit(results, 'unit' in args.failed_step)
+            for exe in (UNIT_EXE, CORPUS_EXE):
+                run_unit(results, 'unit' in args.failed_step, exe)
             suite_line(results, ['unit'])
 
         server_suites = [s for s in suites if s in ('regress', 'python')]
@@ -669,6 +696,7 @@ def main():
     finally:
         harness.stop_all()              # PostgreSQL, then ZooKeeper
         sys.stderr.flush()
+        check_sanitizer_reports(results)
 
     out()
     out('== summary')

@@ -1211,6 +1211,97 @@ test_protocols(void)
 	   "protocol_prefix: kazoo shared needs 42 bytes, 41 -> 0");
 }
 
+/* ----------------------------------------------------------------
+ * zkr_decide with sequence numbers spread over more than 2^31 (only
+ * hand-made names can do that): serial order is not transitive there, so
+ * listings sorted in different orders must still never let two exclusive
+ * contenders hold together (found by the queue fuzzer).
+ * ----------------------------------------------------------------
+ */
+
+static void
+test_decide_non_transitive(void)
+{
+	const char *names[] = {
+		"A__WRIT__0000000016", "B__WRIT__0000000017",
+		"F__lock__0762782973", "G__lock__2022663300",
+		"H__lock__-882329497", "I__lock__0693271881",
+	};
+	int			n = 6;
+	int			both = 0;
+	int			rounds = 0;
+	unsigned	seed = 12345;
+
+	/*
+	 * A lists before B exists, B lists after; every permutation of each
+	 * listing (the order ZooKeeper returns children in is unspecified).
+	 */
+	for (int r = 0; r < 300; r++)
+	{
+		const char *la[5] = {names[0], names[2], names[3], names[4], names[5]};
+		const char *lb[6];
+		ZkrContender ca[5],
+					cb[6];
+		ZkrDecision da,
+					db;
+		int			ka,
+					kb;
+
+		memcpy(lb, names, sizeof(lb));
+		for (int pass = 0; pass < 2; pass++)
+		{
+			const char **l = pass == 0 ? la : lb;
+			int			len = pass == 0 ? 5 : 6;
+
+			for (int i = len - 1; i > 0; i--)
+			{
+				int			j;
+				const char *t;
+
+				seed = seed * 1103515245u + 12345u;
+				j = (int) ((seed >> 16) % (unsigned) (i + 1));
+				t = l[i];
+				l[i] = l[j];
+				l[j] = t;
+			}
+		}
+		ka = zkr_collect(la, 5, ca);
+		kb = zkr_collect(lb, 6, cb);
+		da = zkr_decide(ca, ka, names[0], ZKR_MODE_EXCLUSIVE, NULL, 0);
+		db = zkr_decide(cb, kb, names[1], ZKR_MODE_EXCLUSIVE, NULL, 0);
+		if (da.held && db.held)
+			both++;
+		rounds++;
+	}
+	ok(both == 0, "decide: spread over 2^31, %d listing pairs, never two exclusive holders (%d)",
+	   rounds, both);
+
+	/* and pairwise: exactly one of any two contenders blocks the other */
+	{
+		ZkrContender cs[6];
+		int			k = zkr_collect(names, n, cs);
+		int			bad = 0;
+
+		for (int i = 0; i < k; i++)
+			for (int j = 0; j < k; j++)
+			{
+				ZkrContender two[2];
+				ZkrDecision di,
+							dj;
+
+				if (i == j)
+					continue;
+				two[0] = cs[i];
+				two[1] = cs[j];
+				di = zkr_decide(two, 2, cs[i].name, ZKR_MODE_EXCLUSIVE, NULL, 0);
+				dj = zkr_decide(two, 2, cs[j].name, ZKR_MODE_EXCLUSIVE, NULL, 0);
+				if (di.held == dj.held)
+					bad++;
+			}
+		ok(bad == 0, "decide: of any two contenders exactly one holds (%d bad pairs)", bad);
+	}
+}
+
 int
 main(void)
 {
@@ -1221,6 +1312,7 @@ main(void)
 	test_encode();
 	test_names();
 	test_protocols();
+	test_decide_non_transitive();
 
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)
