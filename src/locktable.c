@@ -541,23 +541,49 @@ zkl_init(void)
 
 /*
  * The data of a contender node: one short line naming its owner, so an
- * operator (or zk_lock_queue) can tell who holds or waits.
+ * operator (or zk_lock_queue) can tell who holds or waits.  Built once per
+ * backend (catalog lookups, gethostname) and again only when the role or
+ * application_name changes.
  */
 static char *
 owner_line(void)
 {
+	static char *cached = NULL;
+	static Oid	cached_role = InvalidOid;
+	static char *cached_app = NULL;
+	const char *app = application_name ? application_name : "";
 	char		host[256];
-	const char *db = get_database_name(MyDatabaseId);
-	const char *role = GetUserNameFromId(GetUserId(), true);
+	const char *db;
+	const char *role;
 
+	if (cached != NULL && cached_role == GetUserId() &&
+		strcmp(cached_app, app) == 0)
+		return cached;
+
+	db = get_database_name(MyDatabaseId);
+	role = GetUserNameFromId(GetUserId(), true);
 	if (gethostname(host, sizeof(host)) != 0)
 		strlcpy(host, "?", sizeof(host));
 	host[sizeof(host) - 1] = '\0';
 
-	return psprintf("zklock host=%s port=%d sysid=" UINT64_FORMAT " pid=%d db=%s role=%s application_name=%s",
-					host, PostPortNumber, GetSystemIdentifier(), MyProcPid,
-					db ? db : "?", role ? role : "?",
-					application_name ? application_name : "");
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		char	   *line = psprintf("zklock host=%s port=%d sysid=" UINT64_FORMAT " pid=%d db=%s role=%s application_name=%s",
+									host, PostPortNumber, GetSystemIdentifier(),
+									MyProcPid, db ? db : "?", role ? role : "?",
+									app);
+		char	   *app_copy = pstrdup(app);
+
+		MemoryContextSwitchTo(old);
+		if (cached)
+			pfree(cached);
+		if (cached_app)
+			pfree(cached_app);
+		cached = line;
+		cached_app = app_copy;
+		cached_role = GetUserId();
+	}
+	return cached;
 }
 
 static void

@@ -91,6 +91,8 @@ struct ZksRequest
 typedef struct CleanupTask
 {
 	struct CleanupTask *next;
+	struct CleanupTask *prev;	/* doubly linked: a release of thousands of
+								 * locks unlinks each in O(1) */
 	bool		in_flight;		/* sent, reply awaited */
 	bool		dead;			/* session gone: free at the reply */
 	char	   *path;			/* node to delete, or parent to sweep */
@@ -164,17 +166,13 @@ free_task(CleanupTask *t)
 static void
 unlink_task_locked(CleanupTask *t)
 {
-	CleanupTask **p;
-
-	for (p = &tasks; *p != NULL; p = &(*p)->next)
-	{
-		if (*p == t)
-		{
-			*p = t->next;
-			free_task(t);
-			return;
-		}
-	}
+	if (t->prev)
+		t->prev->next = t->next;
+	else
+		tasks = t->next;
+	if (t->next)
+		t->next->prev = t->prev;
+	free_task(t);
 }
 
 /*
@@ -185,22 +183,17 @@ unlink_task_locked(CleanupTask *t)
 static void
 drop_tasks_locked(void)
 {
-	CleanupTask **p = &tasks;
+	CleanupTask *t = tasks;
 
-	while (*p != NULL)
+	while (t != NULL)
 	{
-		CleanupTask *t = *p;
+		CleanupTask *next = t->next;
 
 		if (t->in_flight)
-		{
 			t->dead = true;
-			p = &t->next;
-		}
 		else
-		{
-			*p = t->next;
-			free_task(t);
-		}
+			unlink_task_locked(t);
+		t = next;
 	}
 }
 
@@ -232,7 +225,10 @@ add_task_locked(const char *path, const char *prefix)
 		free_task(t);
 		return;
 	}
+	t->prev = NULL;
 	t->next = tasks;
+	if (tasks)
+		tasks->prev = t;
 	tasks = t;
 	submit_task_locked(t);
 }
