@@ -1,0 +1,1280 @@
+#!/usr/bin/python3
+"""
+`make bench`: zklock against the ZooKeeper floor and its peers, side by
+side, on one throwaway ZooKeeper ensemble and PostgreSQL cluster.
+
+    /usr/bin/python3 bench/run_bench.py [--quick] [--zk-servers 1|3] [--fsync]
+                                        [--runs N] [--seconds S] [--only PART,...]
+
+(bench/run.sh, which `make bench` calls, installs the packages, builds and
+installs the extension and the peers first; QUICK=1, ZK_SERVERS=3,
+ZK_FSYNC=1, BENCH_RUNS, BENCH_SECONDS set the same options.)
+
+Parts, each run several times with the implementations interleaved (so a
+burst of background load hits every implementation alike); medians:
+
+  uncontended  one client, lock cycle latency: zklock through pgbench
+               (BEGIN; SELECT zk_lock_exclusive('x'); COMMIT;) with
+               zklock.verify_at_commit off and on; rawzk (C client,
+               synchronous create(EPHEMERAL_SEQUENTIAL)+delete: the floor);
+               Curator InterProcessMutex; kazoo Lock; pg_advisory_xact_lock
+               through pgbench (PostgreSQL without network).  Also ZooKeeper
+               requests per cycle (server packet counter / cycles).
+  contended    N clients (1, 2, 4, 8, 16) on one lock, handoffs per second:
+               pgbench -c N; Curator with N threads each its own client;
+               kazoo with N processes each its own client.
+  herd         N = 1, 16, 64 zklock waiters queued on one lock, released one
+               by one: watch notifications the server delivers per release
+               (mntr zk_sum_node_{created,deleted,changed,children}_watch_count
+               deltas), ZooKeeper requests per release, handoff latency.
+  many         10,000 distinct locks in one transaction, then COMMIT:
+               acquire time per lock, commit time, time until ZooKeeper has
+               deleted every node; ZooKeeper's 1 MB packet limit
+               (jute.maxbuffer) respected (no "Len error", no reconnect).
+  memory       VmRSS of a backend (/proc/<pg_backend_pid()>/status): open
+               session, 10,000 held locks, after their release; before and
+               after 100,000 lock cycles (DO loop with COMMIT per cycle).
+
+Writes bench/results.md and bench/handoffs.png (gnuplot), raw numbers in
+bench/build/results.json, and prints the summary table.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILD = os.path.join(HERE, 'build')
+sys.path.insert(0, os.path.join(ROOT, 'test', 'lib'))
+import harness  # noqa: E402
+
+PGBENCH = harness.PG_BIN + '/pgbench'
+RAWZK = os.path.join(BUILD, 'rawzk')
+CURATOR_CP = ':'.join([BUILD, '/usr/share/java/curator-recipes.jar',
+                       '/usr/share/java/slf4j-nop.jar'])
+KAZOO_BENCH = os.path.join(HERE, 'kazoo_bench.py')
+PYTHON = '/usr/bin/python3'
+JUTE_MAXBUFFER = 0xfffff        # ZooKeeper's default jute.maxbuffer (1 MB - 1)
+
+
+def log(msg):
+    print('[bench %s] %s' % (time.strftime('%H:%M:%S'), msg),
+          file=sys.stderr, flush=True)
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def descendants(pid):
+    """Every living descendant of a process (/proc/<pid>/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for t in os.listdir('/proc/%d/task' % p):
+                with open('/proc/%d/task/%s/children' % (p, t)) as f:
+                    kids = [int(x) for x in f.read().split()]
+                out += kids
+                todo += kids
+        except OSError:
+            continue
+    return out
+
+
+def cpu_ns(pids):
+    """CPU time in ns used so far by every thread of the given processes
+    (first field of /proc/<pid>/task/<tid>/schedstat); vanished ones
+    count 0."""
+    total = 0
+    for pid in set(pids):
+        try:
+            tids = os.listdir('/proc/%d/task' % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open('/proc/%d/task/%s/schedstat' % (pid, tid)) as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total
+
+
+def kv_line(text):
+    """Parse the 'key=value key=value' line a peer prints."""
+    line = [l for l in text.strip().splitlines() if '=' in l][-1]
+    out = {}
+    for tok in line.split():
+        k, v = tok.split('=', 1)
+        try:
+            out[k] = float(v)
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def run(cmd, timeout, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       env=env, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise RuntimeError('%s failed (status %d):\n%s%s'
+                           % (' '.join(cmd), r.returncode, r.stdout, r.stderr))
+    return r
+
+
+# ---------------------------------------------------------------------------
+# the bench
+# ---------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.quick = args.quick
+        self.runs = args.runs or (1 if self.quick else 3)
+        self.secs = args.seconds or (2 if self.quick else 3)
+        self.warmup = 1                       # seconds, zklock/raw/kazoo
+        self.jwarmup = 2                      # seconds, Curator (JIT)
+        self.clients = [1, 4, 16] if self.quick else [1, 2, 4, 8, 16]
+        # (waiters, zklock.verify_at_commit): the herd check at N = 1, 16,
+        # 64, and one handoff timing without the pre-commit check
+        self.herd_cases = [(1, 'on'), (16, 'on'), (64, 'on'), (16, 'off')]
+        self.many = 10000
+        self.mem_cycles = 20000 if self.quick else 100000
+        self.mem_warm = 2000 if self.quick else 5000
+        self.many_runs = 1 if self.quick else min(self.runs, 2)
+        self.results = {'uncontended': {}, 'contended': {}, 'herd': {},
+                        'many': {}, 'memory': {}, 'runs': self.runs,
+                        'seconds': self.secs}
+        self.zk = None
+        self.pg = None
+        self.mntr_calls = 0
+        self.failures = []
+        self.work = harness.make_workdir('zklock-bench-')
+
+    # -- setup --------------------------------------------------------------
+
+    def start(self):
+        n = self.args.zk_servers
+        # The harness starts ZooKeeper with the client JIT only
+        # (-XX:TieredStopAtLevel=1: quick start for tests); a benchmark
+        # wants the server as it runs in production: the full JIT.
+        jvm = [] if self.args.zk_c1 else ['-XX:TieredStopAtLevel=4', '-Xms256m']
+        self.zk = harness.ZooKeeper(n=n, name='zkbench', jvm_opts=jvm)
+        self.zk._configure()
+        if self.args.fsync:
+            for sid in self.zk.sids:
+                cfg = os.path.join(self.zk.server_dir(sid), 'zoo.cfg')
+                with open(cfg) as f:
+                    text = f.read().replace('forceSync=no', 'forceSync=yes')
+                with open(cfg, 'w') as f:
+                    f.write(text)
+        self.zk.start()
+        self.pg = harness.PgCluster('bench', extra_conf={
+            'zklock.hosts': self.zk.connect_string,
+            'max_connections': 300})
+        self.pg.init()
+        self.pg.start()
+        self.pg.psql('CREATE EXTENSION zklock')
+        self.monitor = self.pg.connect()       # finds pgbench's backends
+        self.scripts = {}
+        for name, sql in [
+                ('zklock', "BEGIN;\nSELECT zk_lock_exclusive('bench-cycle');\nCOMMIT;\n"),
+                ('zklock_contended', "BEGIN;\nSELECT zk_lock_exclusive('bench-contended');\nCOMMIT;\n"),
+                ('advisory', "BEGIN;\nSELECT pg_advisory_xact_lock(42);\nCOMMIT;\n")]:
+            path = os.path.join(self.work, name + '.sql')
+            with open(path, 'w') as f:
+                f.write(sql)
+            os.chmod(path, 0o644)
+            self.scripts[name] = path
+
+    def stop(self):
+        if getattr(self, 'monitor', None):
+            try:
+                self.monitor.close()
+            except Exception:
+                pass
+        if self.pg:
+            self.pg.stop()
+        if self.zk:
+            self.zk.stop()
+        # the data (ZooKeeper's transaction logs grow by hundreds of MB)
+        if not self.args.keep:
+            for d in (self.pg and self.pg.base_dir, self.zk and self.zk.base_dir,
+                      self.work):
+                if d and os.path.basename(d).startswith('zklock-'):
+                    shutil.rmtree(d, ignore_errors=True)
+
+    def warm_up(self):
+        """Load the fresh servers before measuring: the full JIT compiles
+        ZooKeeper's hot paths in its first seconds, on CPU the measurements
+        would otherwise be charged with."""
+        t = time.monotonic()
+        secs, warm = self.secs, self.warmup
+        try:
+            self.secs, self.warmup = (2, 1) if self.quick else (4, 1)
+            self.measure('raw-pipelined', 1, '/rawzk-warmup')
+            self.measure('zklock-on', 1)
+            self.measure('zklock-on', 4, 'zklock_contended')
+        finally:
+            self.secs, self.warmup = secs, warm
+        log('warm-up done in %.0f s' % (time.monotonic() - t))
+
+    # -- ZooKeeper counters -------------------------------------------------
+
+    def mntr(self):
+        """mntr of every server: per-connection counters (packets, watches,
+        watch triggers) summed; zk_max_* the maximum; the replicated tree's
+        counts (znodes, ephemerals) averaged (every server has the tree)."""
+        total = {}
+        for sid in self.zk.sids:
+            self.mntr_calls += 1
+            for line in self.zk.four_letter(sid, 'mntr').splitlines():
+                parts = line.split('\t')
+                if len(parts) != 2:
+                    continue
+                try:
+                    v = float(parts[1])
+                except ValueError:
+                    continue
+                k = parts[0]
+                if k.startswith('zk_max_'):
+                    total[k] = max(total.get(k, v), v)
+                elif k in ('zk_ephemerals_count', 'zk_znode_count'):
+                    total[k] = total.get(k, 0) + v / self.zk.n
+                else:
+                    total[k] = total.get(k, 0) + v
+        # a four letter word counts as a packet received: requests()
+        # takes our own mntr calls out again
+        total['_mntr_calls'] = self.mntr_calls
+        return total
+
+    @staticmethod
+    def requests(m0, m1):
+        """Client requests the servers received between two mntr()
+        snapshots, without the mntr calls themselves."""
+        return (m1['zk_packets_received'] - m0['zk_packets_received'] -
+                (m1['_mntr_calls'] - m0['_mntr_calls']))
+
+    @staticmethod
+    def notifications(m):
+        return sum(m.get('zk_sum_node_%s_watch_count' % k, 0)
+                   for k in ('created', 'deleted', 'changed', 'children'))
+
+    # -- one measurement of each implementation -----------------------------
+
+    # -- CPU accounting ------------------------------------------------------
+
+    def zk_pids(self):
+        return [self.zk.pid(sid) for sid in self.zk.sids if self.zk.is_running(sid)]
+
+    def cpu_snapshot(self, client_pids):
+        """CPU time (ns, every thread: /proc/<pid>/task/*/schedstat) of the
+        client processes and of the ZooKeeper servers."""
+        return cpu_ns(client_pids), cpu_ns(self.zk_pids())
+
+    def pgbench_client_pids(self, proc):
+        """pgbench (and runuser) plus the backends serving it."""
+        pids = [proc.pid] + descendants(proc.pid)
+        with self.monitor.cursor() as cur:
+            cur.execute("SELECT pid FROM pg_stat_activity "
+                        "WHERE application_name = 'pgbench'")
+            pids += [r[0] for r in cur.fetchall()]
+        return pids
+
+    # -- one measurement of each implementation -----------------------------
+
+    def pgbench(self, script, clients, verify=None):
+        """pgbench -c clients for warmup+secs seconds.  The per-second
+        progress lines after the warmup give the rate; CPU is sampled as
+        those lines arrive.  Returns (rate, total xacts, cpu) with cpu =
+        (client ns, ZooKeeper ns, cycles) over the sampled window."""
+        env = dict(os.environ)
+        if verify is not None:
+            env['PGOPTIONS'] = '-c zklock.verify_at_commit=%s' % verify
+        cmd = harness.as_pg_user([
+            PGBENCH, '-n', '-h', '127.0.0.1', '-p', str(self.pg.port),
+            '-U', 'postgres', '-c', str(clients), '-j', '1',
+            # one second more than measured: the last progress line races
+            # with the clients disconnecting (threads exiting, CPU vanishing)
+            '-T', str(self.warmup + self.secs + 1), '-P', '1',
+            '-f', self.scripts[script], 'postgres'])
+        out_f = open(os.path.join(self.work, 'pgbench.out'), 'w+')
+        proc = subprocess.Popen(cmd, env=env, stdout=out_f, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, text=True)
+        rates, err, pids, first, last, window_cycles = [], [], None, None, None, 0.0
+        try:
+            deadline = time.monotonic() + self.warmup + self.secs + 61
+            for line in proc.stderr:
+                err.append(line)
+                m = re.match(r'progress: ([\d.]+) s, ([\d.]+) tps', line)
+                if not m:
+                    continue
+                t, tps = float(m.group(1)), float(m.group(2))
+                if t < self.warmup - 0.01 or t > self.warmup + self.secs + 0.01:
+                    continue
+                if pids is None:
+                    pids = self.pgbench_client_pids(proc)
+                snap = self.cpu_snapshot(pids)
+                if first is None:
+                    first = snap                # start of the window
+                else:
+                    rates.append(tps)
+                    window_cycles += tps        # 1 s intervals
+                    last = snap
+                if time.monotonic() > deadline:
+                    break
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        out_f.seek(0)
+        stdout = out_f.read()
+        out_f.close()
+        if proc.returncode != 0:
+            raise RuntimeError('pgbench failed (status %d):\n%s%s'
+                               % (proc.returncode, stdout, ''.join(err)))
+        failed = re.search(r'number of failed transactions: (\d+)', stdout)
+        if failed and int(failed.group(1)) > 0:
+            raise RuntimeError('pgbench: failed transactions:\n' + stdout)
+        total = int(re.search(r'number of transactions actually processed: (\d+)',
+                              stdout).group(1))
+        if not rates:
+            raise RuntimeError('pgbench printed no progress:\n' + ''.join(err))
+        cpu = None
+        if first and last and window_cycles:
+            cpu = (last[0] - first[0], last[1] - first[1], window_cycles)
+        return statistics.mean(rates), total, cpu
+
+    def peer(self, which, clients, path):
+        """rawzk / Curator / kazoo; returns (rate, total cycles, cpu)."""
+        cs = self.zk.connect_string
+        env = None
+        if which.startswith('raw-'):
+            mode = which[4:]
+            if mode.endswith('-tuned'):
+                # the library's per-poll re-resolution of the host list off
+                env = dict(os.environ, RAWZK_RESOLVE_DELAY='-1')
+                mode = mode[:-len('-tuned')]
+            cmd = [RAWZK, mode, cs, path, str(self.warmup), str(self.secs)]
+            warm = self.warmup
+        elif which == 'curator':
+            cmd = ['java', '-Xms64m', '-XX:+UseSerialGC', '-cp', CURATOR_CP,
+                   'CuratorBench', cs, path, str(clients),
+                   str(self.jwarmup), str(self.secs)]
+            warm = self.jwarmup
+        elif which == 'kazoo':
+            cmd = [PYTHON, KAZOO_BENCH, cs, path, str(clients),
+                   str(self.warmup), str(self.secs)]
+            warm = self.warmup
+        else:
+            raise ValueError(which)
+        env = dict(env or os.environ, BENCH_SAMPLER='1')
+        err_f = open(os.path.join(self.work, 'peer.err'), 'w+')
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err_f,
+                                stdin=subprocess.PIPE, text=True)
+        lines, first, last, pids = [], None, None, None
+        timer = threading.Timer(warm + self.secs + 120, proc.kill)
+        timer.start()
+        try:
+            for line in proc.stdout:
+                lines.append(line)
+                if line.startswith('window-start'):
+                    pids = [proc.pid] + descendants(proc.pid)
+                    first = self.cpu_snapshot(pids)
+                elif line.startswith('window-end'):
+                    if pids:
+                        last = self.cpu_snapshot(pids)
+                    proc.stdin.write('\n')     # the peer waits for this
+                    proc.stdin.flush()
+            proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err_f.seek(0)
+        stderr = err_f.read()
+        err_f.close()
+        if proc.returncode != 0:
+            raise RuntimeError('%s failed (status %d):\n%s%s'
+                               % (' '.join(cmd), proc.returncode, ''.join(lines), stderr))
+        out = kv_line(''.join(lines))
+        rate = out['cycles'] / out['seconds']
+        # the packet counter sees the warmup too: divide by every cycle
+        total = out.get('total') or out['cycles'] * (warm + out['seconds']) / out['seconds']
+        cpu = None
+        if first and last and out['cycles']:
+            cpu = (last[0] - first[0], last[1] - first[1], out['cycles'])
+        return rate, total, cpu
+
+    def measure(self, impl, clients, path=None):
+        """One run of one implementation: (rate, requests per cycle,
+        (client CPU, ZooKeeper CPU) us per cycle).  A run that fails is
+        logged and counts as missing (None), so one broken peer does not
+        sink the whole bench."""
+        try:
+            return self._measure(impl, clients, path)
+        except Exception as e:
+            log('%s with %d client(s) FAILED: %s' % (impl, clients, e))
+            self.failures.append('%s, %d client(s): %s' % (impl, clients,
+                                                           str(e).splitlines()[0]))
+            return None, None, None
+
+    def _measure(self, impl, clients, path=None):
+        m0 = self.mntr()
+        if impl == 'zklock-off':
+            rate, total, cpu = self.pgbench(path or 'zklock', clients, 'off')
+        elif impl == 'zklock-on':
+            rate, total, cpu = self.pgbench(path or 'zklock', clients, 'on')
+        elif impl == 'advisory':
+            rate, total, cpu = self.pgbench('advisory', clients)
+        else:
+            rate, total, cpu = self.peer(impl, clients, path)
+        m1 = self.mntr()
+        reqs = self.requests(m0, m1) / total if total else None
+        cpu_us = None
+        if cpu:
+            cpu_us = (cpu[0] / 1e3 / cpu[2], cpu[1] / 1e3 / cpu[2])
+        return rate, reqs, cpu_us
+
+    # -- parts --------------------------------------------------------------
+
+    UNCONTENDED = [
+        ('raw-sync', 'rawzk: sync create+delete (the floor)', '/rawzk-bench'),
+        ('raw-pipelined', 'rawzk: create+children pipelined, delete not awaited', '/rawzk-bench'),
+        ('raw-read', 'rawzk: one read round trip (exists)', '/rawzk-bench'),
+        ('raw-sync-tuned', 'rawzk: sync create+delete, resolution delay -1', '/rawzk-bench'),
+        ('raw-read-tuned', 'rawzk: one read round trip, resolution delay -1', '/rawzk-bench'),
+        ('zklock-off', 'zklock, verify_at_commit = off', None),
+        ('zklock-on', 'zklock, verify_at_commit = on', None),
+        ('curator', 'Curator InterProcessMutex', '/curator-bench/uncontended'),
+        ('kazoo', 'kazoo Lock', '/kazoo-bench/uncontended'),
+        ('advisory', 'pg_advisory_xact_lock (no network)', None),
+    ]
+
+    def part_uncontended(self):
+        res = {k: {'label': label, 'us': [], 'reqs': [], 'cpu_client': [], 'cpu_zk': []}
+               for k, label, _ in self.UNCONTENDED}
+        for r in range(self.runs):
+            for key, label, path in self.UNCONTENDED:
+                rate, reqs, cpu = self.measure(key, 1, path)
+                res[key]['us'].append(1e6 / rate if rate else None)
+                res[key]['reqs'].append(reqs)
+                res[key]['cpu_client'].append(cpu[0] if cpu else None)
+                res[key]['cpu_zk'].append(cpu[1] if cpu else None)
+                log('uncontended run %d/%d %-14s %8.1f us/cycle  %.2f requests/cycle  '
+                    'CPU us/cycle client %s ZooKeeper %s'
+                    % (r + 1, self.runs, key, 1e6 / rate if rate else 0, reqs or 0,
+                       fmt(cpu and cpu[0], '%.0f'), fmt(cpu and cpu[1], '%.0f')))
+        for v in res.values():
+            v['median_us'] = median(v['us'])
+            v['median_reqs'] = median(v['reqs'])
+            v['median_cpu_client'] = median(v['cpu_client'])
+            v['median_cpu_zk'] = median(v['cpu_zk'])
+        self.results['uncontended'] = res
+
+    CONTENDED = [
+        ('zklock-on', 'zklock (verify on)', 'zklock_contended'),
+        ('zklock-off', 'zklock (verify off)', 'zklock_contended'),
+        ('curator', 'Curator', '/curator-bench/contended'),
+        ('kazoo', 'kazoo', '/kazoo-bench/contended'),
+    ]
+
+    def part_contended(self):
+        res = {k: {'label': label, 'rate': {n: [] for n in self.clients},
+                   'reqs': {n: [] for n in self.clients},
+                   'cpu_client': {n: [] for n in self.clients},
+                   'cpu_zk': {n: [] for n in self.clients}}
+               for k, label, _ in self.CONTENDED}
+        for r in range(self.runs):
+            for n in self.clients:
+                for key, label, path in self.CONTENDED:
+                    rate, reqs, cpu = self.measure(key, n, path)
+                    res[key]['rate'][n].append(rate)
+                    res[key]['reqs'][n].append(reqs)
+                    res[key]['cpu_client'][n].append(cpu[0] if cpu else None)
+                    res[key]['cpu_zk'][n].append(cpu[1] if cpu else None)
+                    log('contended run %d/%d N=%-2d %-11s %8.1f handoffs/s  %.2f requests/cycle  '
+                        'CPU us/handoff client %s ZooKeeper %s'
+                        % (r + 1, self.runs, n, key, rate or 0, reqs or 0,
+                           fmt(cpu and cpu[0], '%.0f'), fmt(cpu and cpu[1], '%.0f')))
+        for v in res.values():
+            v['median'] = {n: median(v['rate'][n]) for n in self.clients}
+            v['median_reqs'] = {n: median(v['reqs'][n]) for n in self.clients}
+            v['median_cpu_client'] = {n: median(v['cpu_client'][n]) for n in self.clients}
+            v['median_cpu_zk'] = {n: median(v['cpu_zk'][n]) for n in self.clients}
+        self.results['contended'] = res
+
+    def part_herd(self):
+        kz = harness.connect_kazoo(self.zk.connect_string)
+        zi = harness.ZkInspector(kz, '/zklock')
+        try:
+            for n, verify in self.herd_cases:
+                label = 'N=%d' % n if verify == 'on' else 'N=%d, verify off' % n
+                h = self._herd(n, zi, verify)
+                h['n'], h['verify'] = n, verify
+                self.results['herd'][label] = h
+                log('herd %-16s watches while queued %d, notifications per release '
+                    'mean %.2f max %d, requests per release %.2f, handoff %.2f ms'
+                    % (label, h['watches_queued'], h['notif_mean'], h['notif_max'],
+                       h['reqs_mean'], h['handoff_ms_median']))
+        finally:
+            kz.stop()
+            kz.close()
+
+    def _herd(self, n, zi, verify='on'):
+        resource = 'bench-herd-%d-%s' % (n, verify)
+        backends = []
+        setting = 'SET zklock.verify_at_commit = %s' % verify
+        try:
+            holder = harness.Backend(self.pg, 'herd-holder')
+            backends.append(holder)
+            holder.query(setting)
+            holder.query('BEGIN')
+            holder.query('SELECT zk_lock_exclusive(%s)', [resource])
+            waiting = {}
+            granted_at = {}
+
+            def on_done(b):
+                def cb(fut):
+                    granted_at[b] = time.monotonic()
+                return cb
+            for i in range(n):
+                b = harness.Backend(self.pg, 'herd-w%d' % i)
+                backends.append(b)
+                b.query(setting)
+                b.query('BEGIN')
+                fut = b.submit('SELECT zk_lock_exclusive(%s)', [resource])
+                fut.add_done_callback(on_done(b))
+                waiting[b] = fut
+                # queue them one by one: the order is the creation order
+                zi.wait_contenders(resource, i + 2, timeout=30)
+            harness.wait_until(
+                lambda: self.mntr()['zk_watch_count'] >= n, 30,
+                '%d watches set' % n)
+            time.sleep(0.2)
+            watches_queued = int(self.mntr()['zk_watch_count'])
+
+            current = holder
+            notifs, reqs, handoff_ms = [], [], []
+            for k in range(n):
+                m0 = self.mntr()
+                t0 = time.monotonic()
+                current.query('COMMIT')
+                nxt = harness.wait_until(
+                    lambda: [b for b, f in waiting.items() if f.done()], 30,
+                    'the next waiter of %s to be granted' % resource,
+                    interval=0.001)
+                if len(nxt) != 1:
+                    raise RuntimeError('%d waiters granted at once' % len(nxt))
+                b = nxt[0]
+                waiting.pop(b).result()        # raises if the wait failed
+                time.sleep(0.05)               # late notifications, if any
+                m1 = self.mntr()
+                notifs.append(self.notifications(m1) - self.notifications(m0))
+                reqs.append(self.requests(m0, m1))
+                handoff_ms.append(1e3 * (granted_at[b] - t0))
+                current = b
+            m0 = self.mntr()
+            current.query('COMMIT')
+            time.sleep(0.05)
+            last_notifs = self.notifications(self.mntr()) - self.notifications(m0)
+            return {
+                'watches_queued': watches_queued,
+                'releases': n,
+                'notif_per_release': notifs,
+                'notif_mean': statistics.mean(notifs),
+                'notif_max': max(notifs),
+                'notif_min': min(notifs),
+                'notif_last_release': last_notifs,
+                'reqs_mean': statistics.mean(reqs),
+                'handoff_ms_median': statistics.median(handoff_ms),
+                'handoff_ms': handoff_ms,
+            }
+        finally:
+            for b in backends:
+                b.close()
+
+    def _rss_kb(self, pid):
+        with open('/proc/%d/status' % pid) as f:
+            return int(re.search(r'^VmRSS:\s+(\d+) kB', f.read(), re.M).group(1))
+
+    def _zk_log_errors(self):
+        bad = []
+        for sid in self.zk.sids:
+            for line in harness.tail(self.zk.log_path(sid), 100000).splitlines():
+                if re.search(r'Len error|jute\.maxbuffer|too large|exceeds', line):
+                    bad.append(line.strip())
+        return bad
+
+    def part_many(self):
+        n = self.many
+        conn = self.pg.connect()
+        cur = conn.cursor()
+        res = {'locks': n, 'fresh': [], 'existing': [], 'runs': self.many_runs}
+        mem = self.results['memory']
+        try:
+            cur.execute('SELECT pg_backend_pid()')
+            pid = cur.fetchone()[0]
+            mem['connected_kb'] = self._rss_kb(pid)
+            cur.execute("SELECT zk_lock_exclusive('bench-many-first')")  # session opens
+            mem['session_kb'] = self._rss_kb(pid)
+            cur.execute('SELECT reconnects FROM zk_status()')
+            reconnects0 = cur.fetchone()[0]
+            log_errors0 = len(self._zk_log_errors())
+            eph0 = self.mntr()['zk_ephemerals_count']
+            for r in range(self.many_runs):
+                for phase, verify in (('fresh', 'on'), ('existing', 'off')):
+                    # fresh: lock parents that do not exist yet (created as
+                    # containers on the way); existing: the same names again
+                    # right away, parents still there
+                    m0 = self.mntr()
+                    cur.execute('BEGIN')
+                    cur.execute('SET LOCAL zklock.verify_at_commit = %s' % verify)
+                    t0 = time.monotonic()
+                    cur.execute("SELECT count(zk_lock_exclusive('bench-many-%d-' || i)) "
+                                "FROM generate_series(1, %d) i" % (r, n))
+                    t1 = time.monotonic()
+                    eph_held = self.mntr()['zk_ephemerals_count'] - eph0
+                    if r == 0 and phase == 'fresh':
+                        mem['held_kb'] = self._rss_kb(pid)
+                    t2 = time.monotonic()
+                    cur.execute('COMMIT')
+                    t3 = time.monotonic()
+                    if r == 0 and phase == 'fresh':
+                        mem['released_kb'] = self._rss_kb(pid)
+                    harness.wait_until(
+                        lambda: self.mntr()['zk_ephemerals_count'] <= eph0, 120,
+                        'ZooKeeper to delete the %d released nodes' % n,
+                        interval=0.01)
+                    t4 = time.monotonic()
+                    m1 = self.mntr()
+                    row = {
+                        'verify': verify,
+                        'acquire_us_per_lock': 1e6 * (t1 - t0) / n,
+                        'commit_ms': 1e3 * (t3 - t2),
+                        'drain_ms': 1e3 * (t4 - t2),
+                        'nodes_held': int(eph_held),
+                        'requests_per_lock': self.requests(m0, m1) / n,
+                        'avg_request_bytes': (m1['zk_bytes_received_count'] -
+                                              m0['zk_bytes_received_count']) /
+                        max(1, self.requests(m0, m1)),
+                    }
+                    res[phase].append(row)
+                    log('many run %d/%d %-8s verify %-3s: %.1f us/lock acquire, '
+                        'COMMIT %.1f ms, all deleted after %.1f ms, %.2f requests/lock'
+                        % (r + 1, self.many_runs, phase, verify,
+                           row['acquire_us_per_lock'], row['commit_ms'],
+                           row['drain_ms'], row['requests_per_lock']))
+            cur.execute('SELECT reconnects FROM zk_status()')
+            reconnects1 = cur.fetchone()[0]
+            m = self.mntr()
+            res['reconnects'] = reconnects1 - reconnects0
+            res['zk_log_errors'] = self._zk_log_errors()[log_errors0:]
+            res['max_response_bytes'] = int(m['zk_max_client_response_size'])
+            res['limit_ok'] = (res['reconnects'] == 0 and not res['zk_log_errors']
+                               and res['max_response_bytes'] < JUTE_MAXBUFFER)
+            for phase in ('fresh', 'existing'):
+                for k in ('acquire_us_per_lock', 'commit_ms', 'drain_ms',
+                          'requests_per_lock', 'avg_request_bytes'):
+                    res['%s_%s' % (phase, k)] = median(r[k] for r in res[phase])
+        finally:
+            conn.close()
+        self.results['many'] = res
+
+    def part_memory(self):
+        """RSS of a fresh backend before and after mem_cycles lock cycles
+        (the 10,000-held-locks figures come from part_many's backend)."""
+        res = self.results['memory']
+        conn = self.pg.connect()
+        cur = conn.cursor()
+        try:
+            cur.execute('SELECT pg_backend_pid()')
+            pid = cur.fetchone()[0]
+            if 'held_kb' in res:
+                log('memory: connected %d kB, session open %d kB, %d locks held %d kB, '
+                    'released %d kB' % (res['connected_kb'], res['session_kb'], self.many,
+                                        res['held_kb'], res['released_kb']))
+            chunks = 5
+            per = self.mem_cycles // chunks
+
+            def cycle(k):
+                return ("DO $$ BEGIN FOR i IN 1..%d LOOP "
+                        "PERFORM zk_lock_exclusive('bench-mem-cycle'); COMMIT; "
+                        "END LOOP; END $$" % k)
+            cur.execute(cycle(self.mem_warm))   # warm: caches, hash table, library
+            series = [self._rss_kb(pid)]
+            t0 = time.monotonic()
+            for _ in range(chunks):
+                cur.execute(cycle(per))
+                series.append(self._rss_kb(pid))
+            secs = time.monotonic() - t0
+            res['cycles'] = per * chunks
+            res['warm'] = self.mem_warm
+            res['cycle_series_kb'] = series
+            res['before_kb'] = series[0]
+            res['after_kb'] = series[-1]
+            res['bytes_per_cycle'] = 1024.0 * (series[-1] - series[0]) / res['cycles']
+            res['cycle_us_in_do'] = 1e6 * secs / res['cycles']
+            res['leak_ok'] = (series[-1] - series[0]) < 1024   # < 1 MB over the run
+            log('memory: %d cycles: RSS %d kB -> %d kB (%s), %.1f us per cycle in a DO loop'
+                % (res['cycles'], series[0], series[-1],
+                   ' '.join(str(s) for s in series), res['cycle_us_in_do']))
+        finally:
+            conn.close()
+        self.results['memory'] = res
+
+
+# ---------------------------------------------------------------------------
+# machine, report, chart
+# ---------------------------------------------------------------------------
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+    except Exception:
+        return '?'
+
+
+def machine(bench):
+    info = {}
+    info['nproc'] = sh('nproc')
+    info['cpu'] = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip()
+    mem = sh("grep MemTotal /proc/meminfo | awk '{print $2}'")
+    info['memory'] = '%.1f GiB' % (int(mem) / 1048576.0) if mem.isdigit() else mem
+    info['kernel'] = platform.release()
+    info['os'] = 'Debian ' + sh('cat /etc/debian_version')
+    info['postgresql'] = sh(PGBENCH + ' --version').replace('pgbench (PostgreSQL) ', '')
+    info['zookeeper'] = sh("dpkg-query -W -f='${Version}' zookeeper")
+    info['libzookeeper-mt'] = sh("dpkg-query -W -f='${Version}' libzookeeper-mt2")
+    info['curator'] = sh("dpkg-query -W -f='${Version}' libcurator-recipes-java")
+    info['kazoo'] = sh("dpkg-query -W -f='${Version}' python3-kazoo")
+    info['java'] = sh('java -version 2>&1 | head -1')
+    info['python'] = platform.python_version()
+    info['zklock_commit'] = sh('cd %s && git rev-parse --short HEAD' % ROOT)
+    dirty = sh('cd %s && git status --porcelain -- src sql Makefile' % ROOT)
+    info['zklock_src_modified'] = 'yes' if dirty else 'no'
+    info['zklock_so_md5'] = sh("md5sum $(%s --pkglibdir)/zklock.so | cut -c1-12"
+                               % harness.PG_CONFIG)
+    info['ensemble'] = ('standalone' if bench.args.zk_servers == 1
+                        else '%d servers' % bench.args.zk_servers)
+    info['zk_fsync'] = 'forceSync=yes' if bench.args.fsync else \
+        'forceSync=no (as make test)'
+    info['zk_jvm'] = ('-XX:TieredStopAtLevel=1 (as make test)' if bench.args.zk_c1
+                      else 'full JIT (-XX:TieredStopAtLevel=4), -Xms256m -Xmx256m, SerialGC')
+    return info
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def fmt(x, spec='%.1f'):
+    return spec % x if x is not None else 'n/a'
+
+
+def targets(res):
+    """(label, measured value, met) for every target of issue 6."""
+    u = res['uncontended']
+    c = res['contended']
+    out = []
+    if u:
+        raw = u['raw-sync']['median_us']
+        off, on = u['zklock-off']['median_us'], u['zklock-on']['median_us']
+        x = ratio(off, raw)
+        out.append(('uncontended: zklock (verify off) / raw <= 1.0', x,
+                    x is not None and x <= 1.0))
+        x = ratio(on, raw)
+        out.append(('uncontended: zklock (verify on) / raw <= 1.25', x,
+                    x is not None and x <= 1.25))
+        for peer, name in (('curator', 'Curator'), ('kazoo', 'kazoo')):
+            x = ratio(u[peer]['median_us'], on)
+            out.append(('uncontended: %s / zklock (verify on) >= 2' % name, x,
+                        x is not None and x >= 2.0))
+    if c and 16 in c['zklock-on']['median']:
+        z = c['zklock-on']['median'][16]
+        x = ratio(z, c['curator']['median'][16])
+        out.append(('16 clients: zklock / Curator handoffs per s >= 1.5', x,
+                    x is not None and x >= 1.5))
+        x = ratio(z, c['kazoo']['median'][16])
+        out.append(('16 clients: zklock / kazoo handoffs per s > 1', x,
+                    x is not None and x > 1.0))
+    if res['herd']:
+        worst = max(h['notif_max'] for h in res['herd'].values())
+        out.append(('herd: notifications per release = 1 (max; N=%s)'
+                    % ', '.join(sorted(set(str(h['n']) for h in res['herd'].values()),
+                                       key=int)), worst,
+                    all(h['notif_max'] == 1 and h['notif_min'] == 1
+                        for h in res['herd'].values())))
+    if res['many']:
+        out.append(('10,000 locks: 1 MB packet limit respected', None,
+                    res['many']['limit_ok']))
+    if res['memory'].get('cycles'):
+        out.append(('memory: no per-lock leak over %d cycles (bytes/cycle; < 1 MB in all)'
+                    % res['memory']['cycles'],
+                    res['memory']['bytes_per_cycle'], res['memory']['leak_ok']))
+    return out
+
+
+def budget(res):
+    """Where an uncontended zklock cycle's time goes, from the medians:
+    [(label, microseconds or None)]."""
+    u = res['uncontended']
+    if not u:
+        return []
+    g = {k: u[k]['median_us'] for k in u}
+
+    def sub(a, *bs):
+        if a is None or any(b is None for b in bs):
+            return None
+        return a - sum(bs)
+    half = g['raw-sync'] / 2 if g['raw-sync'] else None
+    return [
+        ('PostgreSQL part: BEGIN; SELECT; COMMIT through pgbench (advisory cycle)',
+         g['advisory']),
+        ('one ZooKeeper read round trip (rawzk read)', g['raw-read']),
+        ('one ZooKeeper write round trip (rawzk sync / 2)', half),
+        ('  ... libzookeeper host re-resolution per round trip (read - read tuned)',
+         sub(g['raw-read'], g['raw-read-tuned'])),
+        ('zklock verify off - advisory: ZooKeeper part (floor: 1 write round trip)',
+         sub(g['zklock-off'], g['advisory'])),
+        ('zklock verify on - off: the pre-commit check (floor: 1 read round trip)',
+         sub(g['zklock-on'], g['zklock-off'])),
+    ]
+
+
+def summary_table(res):
+    lines = []
+    u = res['uncontended']
+    if u:
+        raw = u['raw-sync']['median_us']
+        lines.append('Uncontended lock cycle, 1 client (median of %d runs x %d s)'
+                     % (res['runs'], res['seconds']))
+        lines.append('  %-50s %9s %6s %7s %9s' % ('', 'us/cycle', 'x raw', 'ZK req',
+                                                   'CPU cl/ZK'))
+        for key, v in u.items():
+            lines.append('  %-50s %9s %6s %7s %9s' % (
+                v['label'], fmt(v['median_us']),
+                fmt(ratio(v['median_us'], raw), '%.2f'),
+                fmt(v['median_reqs'], '%.2f'),
+                '%s/%s' % (fmt(v['median_cpu_client'], '%.0f'),
+                           fmt(v['median_cpu_zk'], '%.0f'))))
+    if u:
+        lines.append('')
+        lines.append('Where an uncontended cycle goes (medians, us)')
+        for label, v in budget(res):
+            lines.append('  %-72s %8s' % (label, fmt(v)))
+    c = res['contended']
+    if c:
+        ns = sorted(next(iter(c.values()))['median'])
+        lines.append('')
+        lines.append('Contended: N clients on one lock, handoffs per second (median)')
+        lines.append('  %-22s' % 'N' + ''.join('%9d' % n for n in ns))
+        for key, v in c.items():
+            lines.append('  %-22s' % v['label'] +
+                         ''.join('%9s' % fmt(v['median'][n], '%.0f') for n in ns))
+        z = c['zklock-on']['median']
+        lines.append('  %-22s' % 'zklock / Curator' +
+                     ''.join('%9s' % fmt(ratio(z[n], c['curator']['median'][n]), '%.2f')
+                             for n in ns))
+        lines.append('  %-22s' % 'zklock / kazoo' +
+                     ''.join('%9s' % fmt(ratio(z[n], c['kazoo']['median'][n]), '%.2f')
+                             for n in ns))
+        lines.append('  CPU us per handoff at N=%d (client / ZooKeeper): %s' % (ns[-1], '; '.join(
+            '%s %s/%s' % (v['label'], fmt(v['median_cpu_client'][ns[-1]], '%.0f'),
+                          fmt(v['median_cpu_zk'][ns[-1]], '%.0f')) for v in c.values())))
+    h = res['herd']
+    if h:
+        lines.append('')
+        lines.append('Herd: notifications delivered per release (mntr watch-trigger sums)')
+        for label, v in h.items():
+            lines.append('  %-16s watches while queued %3d; per release mean %.2f min %d '
+                         'max %d; ZK requests per release %.2f; handoff %.2f ms'
+                         % (label, v['watches_queued'], v['notif_mean'], v['notif_min'],
+                            v['notif_max'], v['reqs_mean'], v['handoff_ms_median']))
+    m = res['many']
+    if m:
+        lines.append('')
+        lines.append('Many locks: %d distinct locks in one transaction' % m['locks'])
+        lines.append('  acquire, new lock parents:      %8.1f us/lock  (%.2f ZK requests/lock)'
+                     % (m['fresh_acquire_us_per_lock'], m['fresh_requests_per_lock']))
+        lines.append('  acquire, existing lock parents: %8.1f us/lock  (%.2f ZK requests/lock)'
+                     % (m['existing_acquire_us_per_lock'], m['existing_requests_per_lock']))
+        lines.append('  COMMIT, verify on:  %8.1f ms; all nodes deleted %.1f ms after COMMIT began'
+                     % (m['fresh_commit_ms'], m['fresh_drain_ms']))
+        lines.append('  COMMIT, verify off: %8.1f ms; all nodes deleted %.1f ms after COMMIT began'
+                     % (m['existing_commit_ms'], m['existing_drain_ms']))
+        lines.append('  1 MB limit: reconnects %d, ZooKeeper log errors %d, largest response %d bytes -> %s'
+                     % (m['reconnects'], len(m['zk_log_errors']), m['max_response_bytes'],
+                        'ok' if m['limit_ok'] else 'VIOLATED'))
+    mem = res['memory']
+    if mem and 'cycles' in mem:
+        lines.append('')
+        lines.append('Memory (backend VmRSS)')
+        if 'held_kb' in mem:
+            lines.append('  connected %d kB; session open %d kB; %d locks held %d kB; '
+                         'released %d kB' % (mem['connected_kb'], mem['session_kb'],
+                                             self_many(res), mem['held_kb'],
+                                             mem['released_kb']))
+        lines.append('  %d lock cycles: %d kB -> %d kB (%.2f bytes/cycle)'
+                     % (mem['cycles'], mem['before_kb'], mem['after_kb'],
+                        mem['bytes_per_cycle']))
+    return '\n'.join(lines)
+
+
+def write_chart(res, info, path):
+    c = res['contended']
+    if not c:
+        return False
+    ns = sorted(next(iter(c.values()))['median'])
+    dat = os.path.join(BUILD, 'handoffs.dat')
+    keys = ['zklock-on', 'curator', 'kazoo', 'zklock-off']
+    with open(dat, 'w') as f:
+        f.write('# N ' + ' '.join(keys) + '\n')
+        for n in ns:
+            f.write('%d %s\n' % (n, ' '.join(fmt(c[k]['median'][n], '%.1f') for k in keys)))
+    gp = '''
+set terminal pngcairo size 900,560 font "DejaVu Sans,11"
+set output "%(out)s"
+set title "Lock handoffs per second vs clients on one lock\\n%(sub)s" noenhanced
+set xlabel "clients contending for one lock"
+set ylabel "handoffs per second (median of %(runs)d runs)"
+set logscale x 2
+set xtics (%(xtics)s)
+set xrange [0.8:%(xmax)s]
+set yrange [0:*]
+set grid
+set datafile missing "n/a"
+set key top right box opaque
+plot "%(dat)s" using 1:2 with linespoints lw 2 pt 7 title "zklock (pgbench, verify on)", \\
+     "%(dat)s" using 1:5 with linespoints lw 1 dt 2 pt 6 title "zklock (verify off)", \\
+     "%(dat)s" using 1:3 with linespoints lw 2 pt 5 title "Curator InterProcessMutex", \\
+     "%(dat)s" using 1:4 with linespoints lw 2 pt 9 title "kazoo Lock"
+''' % {'out': path, 'dat': dat, 'runs': res['runs'],
+       'xtics': ', '.join('"%d" %d' % (n, n) for n in ns), 'xmax': ns[-1] * 1.25,
+       'sub': '%s ZooKeeper %s, %s CPUs (%s), kernel %s' % (
+           info['ensemble'], info['zookeeper'], info['nproc'], info['cpu'],
+           info['kernel'])}
+    gpf = os.path.join(BUILD, 'handoffs.gp')
+    with open(gpf, 'w') as f:
+        f.write(gp)
+    r = subprocess.run(['gnuplot', gpf], capture_output=True, text=True)
+    if r.returncode != 0:
+        log('gnuplot failed: %s' % r.stderr)
+        return False
+    return True
+
+
+def write_markdown(res, info, path, elapsed, load):
+    u, c, h, m, mem = (res['uncontended'], res['contended'], res['herd'],
+                       res['many'], res['memory'])
+    L = []
+    L.append('# zklock benchmark results')
+    L.append('')
+    L.append('Written by `make bench` (`bench/run_bench.py`) on %s; the run took %.1f min.'
+             % (datetime.datetime.now().strftime('%Y-%m-%d %H:%M'), elapsed / 60))
+    L.append('Every number is the median of %d runs (%d s measured after a warm-up '
+             'of 1 s, 2 s for Curator\'s JIT); implementations are interleaved within '
+             'each run. All clients and servers run on the same machine, over loopback.'
+             % (res['runs'], res['seconds']))
+    L.append('')
+    L.append('## Machine')
+    L.append('')
+    L.append('| | |')
+    L.append('|---|---|')
+    for k in ('cpu', 'nproc', 'memory', 'os', 'kernel', 'postgresql', 'zookeeper',
+              'libzookeeper-mt', 'curator', 'kazoo', 'java', 'python', 'ensemble',
+              'zk_fsync', 'zk_jvm', 'zklock_commit', 'zklock_src_modified', 'zklock_so_md5'):
+        L.append('| %s | %s |' % (k, info.get(k, '?')))
+    L.append('| load average at start / end | %s / %s |' % load)
+    L.append('')
+    L.append('The machine is shared with other engineers\' test runs, so single runs '
+             'are noisy; compare the ratios (measured side by side) more than the '
+             'absolute numbers. PostgreSQL runs with fsync off (as `make test`); '
+             'ZooKeeper with %s.' % info['zk_fsync'])
+    L.append('')
+    L.append('## Targets (issue 6)')
+    L.append('')
+    L.append('| target | measured | met |')
+    L.append('|---|---|---|')
+    for name, value, ok in targets(res):
+        L.append('| %s | %s | %s |' % (name, fmt(value, '%.2f'), 'yes' if ok else '**no**'))
+    if u:
+        raw = u['raw-sync']['median_us']
+        L.append('')
+        L.append('## Uncontended lock cycle (1 client)')
+        L.append('')
+        L.append('zklock and the advisory lock: pgbench, one client, '
+                 '`BEGIN; SELECT zk_lock_exclusive(\'bench-cycle\'); COMMIT;` '
+                 '(resp. `pg_advisory_xact_lock(42)`). rawzk: `bench/rawzk.c`. '
+                 'Curator / kazoo: acquire()+release() loop, one client. '
+                 '"ZK requests" = the server\'s `zk_packets_received` delta divided by the '
+                 'cycles of the run. CPU = CPU time of every thread of the client side '
+                 '(pgbench + its backends, or the peer\'s process tree) and of the '
+                 'ZooKeeper server(s) during the measured window '
+                 '(`/proc/<pid>/task/*/schedstat`), divided by the cycles in it. '
+                 '"resolution delay -1": the C client with '
+                 '`zoo_set_servers_resolution_delay(zh, -1)`, which stops libzookeeper '
+                 'from re-resolving the host list (getaddrinfo, a netlink dump) every '
+                 'time its I/O thread polls.')
+        L.append('')
+        L.append('| implementation | µs per cycle | × raw | ZK requests per cycle '
+                 '| client CPU µs/cycle | ZooKeeper CPU µs/cycle | runs (µs) |')
+        L.append('|---|---:|---:|---:|---:|---:|---|')
+        for key, v in u.items():
+            L.append('| %s | %s | %s | %s | %s | %s | %s |' % (
+                v['label'], fmt(v['median_us']), fmt(ratio(v['median_us'], raw), '%.2f'),
+                fmt(v['median_reqs'], '%.2f'), fmt(v['median_cpu_client'], '%.0f'),
+                fmt(v['median_cpu_zk'], '%.0f'),
+                ', '.join(fmt(x, '%.0f') for x in v['us'])))
+    if u:
+        L.append('')
+        L.append('Where an uncontended cycle goes, from the medians above (differences of '
+                 'separately measured medians: indicative, not exact):')
+        L.append('')
+        L.append('| | µs |')
+        L.append('|---|---:|')
+        for label, v in budget(res):
+            L.append('| %s | %s |' % (label.replace('  ...', '…').replace('  -', '−').strip(),
+                                       fmt(v)))
+    if c:
+        ns = sorted(next(iter(c.values()))['median'])
+        L.append('')
+        L.append('## Contended: N clients on one lock')
+        L.append('')
+        L.append('Handoffs (= lock cycles) per second. zklock: `pgbench -c N -j 1`; '
+                 'Curator: N threads, each its own CuratorFramework; kazoo: N processes, '
+                 'each its own KazooClient; all on one lock path.')
+        L.append('')
+        L.append('![handoffs per second](handoffs.png)')
+        L.append('')
+        L.append('| N | ' + ' | '.join(str(n) for n in ns) + ' |')
+        L.append('|---|' + '---:|' * len(ns))
+        for key, v in c.items():
+            L.append('| %s | ' % v['label'] +
+                     ' | '.join(fmt(v['median'][n], '%.0f') for n in ns) + ' |')
+        z = c['zklock-on']['median']
+        for peer in ('curator', 'kazoo'):
+            L.append('| zklock (verify on) / %s | ' % c[peer]['label'] +
+                     ' | '.join(fmt(ratio(z[n], c[peer]['median'][n]), '%.2f') for n in ns)
+                     + ' |')
+        L.append('')
+        L.append('ZooKeeper requests per handoff (all clients):')
+        L.append('')
+        L.append('| N | ' + ' | '.join(str(n) for n in ns) + ' |')
+        L.append('|---|' + '---:|' * len(ns))
+        for key, v in c.items():
+            L.append('| %s | ' % v['label'] +
+                     ' | '.join(fmt(v['median_reqs'][n], '%.2f') for n in ns) + ' |')
+        L.append('')
+        L.append('CPU per handoff, client side / ZooKeeper (µs; see the uncontended section):')
+        L.append('')
+        L.append('| N | ' + ' | '.join(str(n) for n in ns) + ' |')
+        L.append('|---|' + '---:|' * len(ns))
+        for key, v in c.items():
+            L.append('| %s | ' % v['label'] + ' | '.join(
+                '%s / %s' % (fmt(v['median_cpu_client'][n], '%.0f'),
+                             fmt(v['median_cpu_zk'][n], '%.0f')) for n in ns) + ' |')
+        L.append('')
+        L.append('<details><summary>every run</summary>')
+        L.append('')
+        for key, v in c.items():
+            L.append('- %s: ' % v['label'] + '; '.join(
+                'N=%d: %s' % (n, ', '.join(fmt(x, '%.0f') for x in v['rate'][n])) for n in ns))
+        L.append('')
+        L.append('</details>')
+    if h:
+        L.append('')
+        L.append('## Herd effect')
+        L.append('')
+        L.append('N zklock waiters (each its own backend, `BEGIN; SELECT '
+                 'zk_lock_exclusive(...)`) queue behind a holder; then the holder and each '
+                 'new holder in turn COMMITs, N releases in all. Method: the server\'s '
+                 'watch-trigger summaries in `mntr` (`zk_sum_node_created/deleted/changed/'
+                 'children_watch_count`: watchers notified per event, summed over every '
+                 'server) read before each COMMIT and after the next waiter is granted '
+                 '(+50 ms); "watches while queued" is `mntr` `zk_watch_count` once all N wait. '
+                 'Handoff = from the holder\'s COMMIT being sent to the next waiter\'s '
+                 'zk_lock_exclusive returning (client side, includes the holder\'s COMMIT). '
+                 '"ZK requests per release" counts every client\'s requests from before '
+                 'the COMMIT until the next holder is known (the bench\'s own `mntr` '
+                 'calls taken out; idle waiters\' pings, one per session every third of '
+                 'the session timeout, included).')
+        L.append('')
+        L.append('| waiters | watches while queued | notifications per release (mean / min / max) '
+                 '| after the last release | ZK requests per release | handoff median (ms) |')
+        L.append('|---|---:|---|---:|---:|---:|')
+        for label, v in h.items():
+            L.append('| %s | %d | %.2f / %d / %d | %d | %.2f | %.2f |' % (
+                label, v['watches_queued'], v['notif_mean'], v['notif_min'], v['notif_max'],
+                v['notif_last_release'], v['reqs_mean'], v['handoff_ms_median']))
+    if m:
+        L.append('')
+        L.append('## Many locks in one transaction')
+        L.append('')
+        L.append('`BEGIN; SELECT count(zk_lock_exclusive(\'bench-many-R-\' || i)) FROM '
+                 'generate_series(1, %d) i; COMMIT;` — first with new lock parents '
+                 '(`zklock.verify_at_commit` on), then the same names again while the '
+                 'parents still exist (verify off). "Deleted" is when `mntr` '
+                 '`zk_ephemerals_count` is back to where it was: releases are sent '
+                 'without waiting, so COMMIT returns before ZooKeeper has run them. '
+                 'Median of %d run(s).' % (m['locks'], m['runs']))
+        L.append('')
+        L.append('| | new parents, verify on | existing parents, verify off |')
+        L.append('|---|---:|---:|')
+        for k, label, spec in (('acquire_us_per_lock', 'acquire, µs per lock', '%.1f'),
+                               ('requests_per_lock', 'ZK requests per lock (acquire + commit)', '%.2f'),
+                               ('avg_request_bytes', 'average request size (bytes)', '%.0f'),
+                               ('commit_ms', 'COMMIT (ms)', '%.1f'),
+                               ('drain_ms', 'all nodes deleted after (ms)', '%.1f')):
+            L.append('| %s | %s | %s |' % (label, fmt(m['fresh_' + k], spec),
+                                           fmt(m['existing_' + k], spec)))
+        L.append('')
+        L.append('1 MB limit (`jute.maxbuffer`, default %d bytes on server and client): '
+                 'reconnects of the backend\'s session during the test: %d; ZooKeeper log lines '
+                 'about oversized packets: %d; largest response the server sent: %d bytes. '
+                 '**%s**.' % (JUTE_MAXBUFFER, m['reconnects'], len(m['zk_log_errors']),
+                             m['max_response_bytes'],
+                             'Respected' if m['limit_ok'] else 'Not respected'))
+    if mem and 'cycles' in mem:
+        L.append('')
+        L.append('## Memory of a backend (VmRSS)')
+        L.append('')
+        L.append('| state | VmRSS (kB) |')
+        L.append('|---|---:|')
+        if 'held_kb' in mem:
+            L.append('| connected, extension not yet used | %d |' % mem['connected_kb'])
+            L.append('| after one lock cycle (ZooKeeper session open) | %d |'
+                     % mem['session_kb'])
+            L.append('| %d locks held in one transaction | %d |'
+                     % (self_many(res), mem['held_kb']))
+            L.append('| after their COMMIT | %d |' % mem['released_kb'])
+        L.append('| another backend, before %d lock cycles (after a warm-up of %d) | %d |'
+                 % (mem['cycles'], mem['warm'], mem['before_kb']))
+        L.append('| after them | %d |' % mem['after_kb'])
+        L.append('')
+        L.append('Cycles: `DO $$ ... PERFORM zk_lock_exclusive(\'bench-mem-cycle\'); COMMIT; '
+                 '...$$` in chunks of %d; VmRSS after each chunk: %s kB (%.2f bytes per cycle; '
+                 '%.0f µs per cycle inside PostgreSQL, verify on).'
+                 % (mem['cycles'] // 5, ', '.join(str(x) for x in mem['cycle_series_kb']),
+                    mem['bytes_per_cycle'], mem['cycle_us_in_do']))
+    if res.get('failures'):
+        L.append('')
+        L.append('## Failed measurements')
+        L.append('')
+        for f in res['failures']:
+            L.append('- ' + f)
+    L.append('')
+    L.append('## How to run')
+    L.append('')
+    L.append('```sh')
+    L.append('make bench                 # full run, ~12-15 min on 2 cores')
+    L.append('make bench QUICK=1         # ~3 min: 1 run, 2 s, N = 1, 4, 16, 20,000 memory cycles')
+    L.append('make bench ZK_SERVERS=3    # a 3-server ensemble instead of standalone')
+    L.append('make bench ZK_FSYNC=1      # ZooKeeper with forceSync=yes')
+    L.append('```')
+    with open(path, 'w') as f:
+        f.write('\n'.join(L) + '\n')
+
+
+def self_many(res):
+    return res['many']['locks'] if res['many'] else 10000
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('--quick', action='store_true',
+                    default=os.environ.get('QUICK', '') not in ('', '0'))
+    ap.add_argument('--zk-servers', type=int,
+                    default=int(os.environ.get('ZK_SERVERS') or 1))
+    ap.add_argument('--fsync', action='store_true',
+                    default=os.environ.get('ZK_FSYNC', '') not in ('', '0'))
+    ap.add_argument('--zk-c1', action='store_true',
+                    help="keep the harness's -XX:TieredStopAtLevel=1 for ZooKeeper")
+    ap.add_argument('--runs', type=int, default=int(os.environ.get('BENCH_RUNS') or 0))
+    ap.add_argument('--seconds', type=int,
+                    default=int(os.environ.get('BENCH_SECONDS') or 0))
+    ap.add_argument('--only', default='uncontended,contended,herd,many,memory')
+    ap.add_argument('--keep', action='store_true',
+                    help='keep the ZooKeeper and PostgreSQL data directories')
+    ap.add_argument('--out', default=HERE,
+                    help='directory for results.md and handoffs.png')
+    args = ap.parse_args()
+
+    harness.install_signal_handlers()
+    os.makedirs(BUILD, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    for tool in (RAWZK, os.path.join(BUILD, 'CuratorBench.class')):
+        if not os.path.exists(tool):
+            raise SystemExit('%s missing: run `make bench` (bench/run.sh builds it)' % tool)
+
+    t_start = time.monotonic()
+    load0 = sh("cut -d' ' -f1-3 /proc/loadavg")
+    bench = Bench(args)
+    log('%s run: %d run(s) x %d s, ZooKeeper %s%s'
+        % ('QUICK' if bench.quick else 'full', bench.runs, bench.secs,
+           'standalone' if args.zk_servers == 1 else '%d servers' % args.zk_servers,
+           ', forceSync=yes' if args.fsync else ''))
+    try:
+        bench.start()
+        info = machine(bench)
+        bench.warm_up()
+        for part in args.only.split(','):
+            t = time.monotonic()
+            try:
+                getattr(bench, 'part_' + part)()
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:
+                log('part %s FAILED: %r' % (part, e))
+                bench.failures.append('part %s: %r' % (part, e))
+            log('%s done in %.0f s' % (part, time.monotonic() - t))
+    finally:
+        bench.stop()
+    elapsed = time.monotonic() - t_start
+    load1 = sh("cut -d' ' -f1-3 /proc/loadavg")
+    res = bench.results
+    res['machine'] = info
+    res['failures'] = bench.failures
+    with open(os.path.join(BUILD, 'results.json'), 'w') as f:
+        json.dump(res, f, indent=1, default=str)
+    write_markdown(res, info, os.path.join(args.out, 'results.md'), elapsed,
+                   (load0, load1))
+    write_chart(res, info, os.path.join(args.out, 'handoffs.png'))
+
+    print()
+    print('zklock bench (%s; %s ZooKeeper; %s CPUs, %s, kernel %s)'
+          % ('quick' if bench.quick else 'full', info['ensemble'], info['nproc'],
+             info['memory'], info['kernel']))
+    print(summary_table(res))
+    print()
+    print('Targets (issue 6):')
+    for name, value, ok in targets(res):
+        print('  %-66s %8s  %s' % (name, fmt(value, '%.2f'), 'met' if ok else 'NOT MET'))
+    if res['failures']:
+        print()
+        print('Failed measurements (left out of the medians):')
+        for f in res['failures']:
+            print('  ' + f)
+    print()
+    print('Written: %s, %s (%.1f min)' % (os.path.join(args.out, 'results.md'),
+                                         os.path.join(args.out, 'handoffs.png'),
+                                         elapsed / 60))
+
+
+if __name__ == '__main__':
+    main()
