@@ -48,6 +48,7 @@ import psycopg2
 
 import harness
 from harness import wait_until
+from test_multisession import expect_sqlstate, token_of
 
 TIMEOUT = 120                   # seconds per test (enforced by the runner)
 
@@ -498,30 +499,7 @@ def check_blocked(ctx, parent, session, node, pending, who):
                                   else after - before, QUIET))
 
 
-def token_of(fut, timeout, what):
-    try:
-        rows = fut.result(timeout)
-    except concurrent.futures.TimeoutError:
-        raise AssertionError('%s still running after %.1f s'
-                             % (what, timeout)) from None
-    tok = rows[0][0]
-    assert isinstance(tok, int) and tok > 0, '%s returned %r' % (what, tok)
-    return tok
-
-
-def expect_sqlstate(fut, sqlstate, timeout, what):
-    try:
-        rows = fut.result(timeout)
-    except concurrent.futures.TimeoutError:
-        raise AssertionError('%s still running after %.1f s, expected '
-                             'SQLSTATE %s' % (what, timeout, sqlstate)) \
-            from None
-    except psycopg2.Error as e:
-        assert e.pgcode == sqlstate, ('%s failed with %s, expected %s: %s'
-                                      % (what, e.pgcode, sqlstate, e))
-        return e
-    raise AssertionError('%s returned %r, expected SQLSTATE %s'
-                         % (what, rows, sqlstate))
+# token_of and expect_sqlstate: the multi-session suite's helpers
 
 
 def node_name(path):
