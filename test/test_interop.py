@@ -795,6 +795,8 @@ def test_mixed_protocols_exclude(ctx):
     a.query('COMMIT')
     assert b.scalar(TRY['exclusive'], [res]) is False
     c.query('COMMIT')
+    # a release is sent, not awaited: wait until ZooKeeper has run it
+    zi.wait_contenders(res, 0)
     assert b.scalar(TRY['exclusive'], [res]) is True
     zi.wait_contenders(res, 0)
 
