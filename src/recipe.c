@@ -300,13 +300,6 @@ zkr_protocol_prefix(ZkrProtocol protocol, ZkrMode mode, const char *uuid,
 	return (size_t) n;
 }
 
-size_t
-zkr_node_prefix(ZkrMode mode, const char *uuid, char *out, size_t outsize)
-{
-	return zkr_protocol_prefix(ZKR_PROTOCOL_CURATOR_RW, mode, uuid,
-							   out, outsize);
-}
-
 bool
 zkr_has_prefix(const char *name, const char *prefix)
 {

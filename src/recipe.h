@@ -112,16 +112,6 @@ extern int	zkr_collect(const char *const *names, int n, ZkrContender *out);
 extern void zkr_format_uuid(const uint8_t bytes[16], char out[ZKR_UUID_LEN + 1]);
 
 /*
- * Build the name prefix of a new node in the Curator read-write-lock
- * layout: "_c_<uuid>-__WRIT__" or "_c_<uuid>-__READ__".  ZooKeeper appends
- * the sequence number.  The "_c_<uuid>-" part ("protected" in Curator's
- * words) lets a create whose reply was lost be found again.  Returns the
- * length written, or 0 if it does not fit.
- */
-extern size_t zkr_node_prefix(ZkrMode mode, const char *uuid,
-							  char *out, size_t outsize);
-
-/*
  * Build the name prefix of a new node for a protocol; ZooKeeper appends
  * the sequence number.  uuid is a zkr_format_uuid string.
  *

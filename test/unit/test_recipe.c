@@ -1044,7 +1044,7 @@ test_encode(void)
 }
 
 /* ----------------------------------------------------------------
- * zkr_format_uuid, zkr_node_prefix, zkr_has_prefix, zkr_mode_name
+ * zkr_format_uuid, zkr_protocol_prefix (curator-rw), zkr_has_prefix, zkr_mode_name
  * ----------------------------------------------------------------
  */
 
@@ -1075,36 +1075,36 @@ test_names(void)
 
 	/* node prefixes */
 	memset(prefix, 'Z', sizeof(prefix));
-	n = zkr_node_prefix(ZKR_MODE_EXCLUSIVE, UUID1, prefix, sizeof(prefix));
+	n = zkr_protocol_prefix(ZKR_PROTOCOL_CURATOR_RW, ZKR_MODE_EXCLUSIVE, UUID1, prefix, sizeof(prefix));
 	ok(n == 48 && strcmp(prefix, "_c_" UUID1 "-__WRIT__") == 0,
 	   "node_prefix: exclusive is _c_<uuid>-__WRIT__, length 48");
-	n = zkr_node_prefix(ZKR_MODE_SHARED, UUID2, prefix, sizeof(prefix));
+	n = zkr_protocol_prefix(ZKR_PROTOCOL_CURATOR_RW, ZKR_MODE_SHARED, UUID2, prefix, sizeof(prefix));
 	ok(n == 48 && strcmp(prefix, "_c_" UUID2 "-__READ__") == 0,
 	   "node_prefix: shared is _c_<uuid>-__READ__, length 48");
 
 	small = malloc(49);
-	n = zkr_node_prefix(ZKR_MODE_SHARED, UUID1, small, 49);
+	n = zkr_protocol_prefix(ZKR_PROTOCOL_CURATOR_RW, ZKR_MODE_SHARED, UUID1, small, 49);
 	ok(n == 48 && strcmp(small, "_c_" UUID1 "-__READ__") == 0,
 	   "node_prefix: fits in exactly 49 bytes");
 	free(small);
 	small = malloc(48);
-	ok(zkr_node_prefix(ZKR_MODE_SHARED, UUID1, small, 48) == 0,
+	ok(zkr_protocol_prefix(ZKR_PROTOCOL_CURATOR_RW, ZKR_MODE_SHARED, UUID1, small, 48) == 0,
 	   "node_prefix: 48-byte buffer too small -> 0");
 	free(small);
 	small = malloc(10);
-	ok(zkr_node_prefix(ZKR_MODE_EXCLUSIVE, UUID1, small, 10) == 0,
+	ok(zkr_protocol_prefix(ZKR_PROTOCOL_CURATOR_RW, ZKR_MODE_EXCLUSIVE, UUID1, small, 10) == 0,
 	   "node_prefix: 10-byte buffer too small -> 0");
 	free(small);
 
 	/* what ZooKeeper will name the node parses back to the same thing */
-	zkr_node_prefix(ZKR_MODE_EXCLUSIVE, UUID1, prefix, sizeof(prefix));
+	zkr_protocol_prefix(ZKR_PROTOCOL_CURATOR_RW, ZKR_MODE_EXCLUSIVE, UUID1, prefix, sizeof(prefix));
 	snprintf(name, sizeof(name), "%s%010d", prefix, 42);
 	ok(zkr_parse_child(name, &c) && c.mode == ZKR_MODE_EXCLUSIVE &&
 	   c.seq == 42 && c.prefix_len == 40,
 	   "node_prefix: exclusive node parses back (mode, seq, prefix_len)");
 	ok(zkr_has_prefix(name, prefix),
 	   "has_prefix: exclusive node carries its prefix");
-	zkr_node_prefix(ZKR_MODE_SHARED, UUID1, prefix, sizeof(prefix));
+	zkr_protocol_prefix(ZKR_PROTOCOL_CURATOR_RW, ZKR_MODE_SHARED, UUID1, prefix, sizeof(prefix));
 	snprintf(name, sizeof(name), "%s%010d", prefix, INT32_MIN);
 	ok(zkr_parse_child(name, &c) && c.mode == ZKR_MODE_SHARED &&
 	   c.seq == 0x80000000u,
