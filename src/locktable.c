@@ -205,12 +205,14 @@ release_xact_holds(void)
 	HASH_SEQ_STATUS status;
 	ZklLock    *lock;
 
+	zks_batch_begin();
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{
 		lock->xact_count = 0;
 		release_if_unused(lock);
 	}
+	zks_batch_end();
 }
 
 
@@ -496,6 +498,7 @@ zkl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
 		return;
 
+	zks_batch_begin();
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{
@@ -516,6 +519,7 @@ zkl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		lock->xact_count = kept;
 		release_if_unused(lock);
 	}
+	zks_batch_end();
 }
 
 void
@@ -1171,12 +1175,14 @@ zkl_release_all_session(void)
 
 	if (!have_locks())
 		return;
+	zks_batch_begin();
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{
 		lock->session_count = 0;
 		release_if_unused(lock);
 	}
+	zks_batch_end();
 }
 
 ZklLockInfo *

@@ -18,7 +18,8 @@
  * has its node deleted there and then; one whose reply is lost is swept
  * (its parent listed and the node found by its unique prefix) after the
  * next reconnect.  Such clean-up tasks, and the fire-and-forget deletes of
- * releases, live in a list that the completion thread re-sends whenever
+ * releases (grouped into multi requests when many locks go at once), live
+ * in a list that the completion thread re-sends whenever
  * the session reconnects, and that is dropped once the session is gone
  * (its ephemeral nodes went with it).
  *
@@ -97,7 +98,26 @@ typedef struct CleanupTask
 	bool		dead;			/* session gone: free at the reply */
 	char	   *path;			/* node to delete, or parent to sweep */
 	char	   *prefix;			/* non-NULL for a sweep */
+
+	/*
+	 * A batch (path NULL): deletes sent as one multi request, so that a
+	 * COMMIT releasing thousands of locks costs ZooKeeper a few
+	 * transactions instead of thousands.  ops/results are what zoo_amulti
+	 * is handed; results is written when the reply comes.
+	 */
+	int			nbatch;
+	char	  **batch;
+	zoo_op_t   *ops;
+	zoo_op_result_t *results;
 } CleanupTask;
+
+/*
+ * A batch stays far below ZooKeeper's 1 MB packet limit (jute.maxbuffer,
+ * on server and client): at most this many deletes, and this many bytes
+ * of paths (each delete adds about 20 bytes of framing).
+ */
+#define BATCH_MAX_OPS	1000
+#define BATCH_MAX_BYTES (256 * 1024)
 
 /* Everything below is shared with libzookeeper's threads. */
 static pthread_mutex_t zks_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -158,6 +178,11 @@ wake_backend(void)
 static void
 free_task(CleanupTask *t)
 {
+	for (int i = 0; i < t->nbatch; i++)
+		free(t->batch[i]);
+	free(t->batch);
+	free(t->ops);
+	free(t->results);
 	free(t->path);
 	free(t->prefix);
 	free(t);
@@ -210,7 +235,19 @@ free_all_tasks_locked(void)
 	}
 }
 
-/* Queue a task and send it if the session can take it now. */
+/* Link a task in and send it if the session can take it now. */
+static void
+queue_task_locked(CleanupTask *t)
+{
+	t->prev = NULL;
+	t->next = tasks;
+	if (tasks)
+		tasks->prev = t;
+	tasks = t;
+	submit_task_locked(t);
+}
+
+/* A delete (prefix NULL) or a sweep. */
 static void
 add_task_locked(const char *path, const char *prefix)
 {
@@ -225,12 +262,38 @@ add_task_locked(const char *path, const char *prefix)
 		free_task(t);
 		return;
 	}
-	t->prev = NULL;
-	t->next = tasks;
-	if (tasks)
-		tasks->prev = t;
-	tasks = t;
-	submit_task_locked(t);
+	queue_task_locked(t);
+}
+
+/*
+ * A batch of n deletes; takes over paths[0..n-1] (malloc'd).  Without
+ * memory for it, each path becomes a task of its own.
+ */
+static void
+add_batch_locked(char **paths, int n)
+{
+	CleanupTask *t = calloc(1, sizeof(CleanupTask));
+
+	if (t != NULL)
+	{
+		t->batch = malloc(n * sizeof(char *));
+		t->ops = malloc(n * sizeof(zoo_op_t));
+		t->results = malloc(n * sizeof(zoo_op_result_t));
+	}
+	if (t == NULL || t->batch == NULL || t->ops == NULL || t->results == NULL)
+	{
+		if (t != NULL)
+			free_task(t);
+		for (int i = 0; i < n; i++)
+		{
+			add_task_locked(paths[i], NULL);
+			free(paths[i]);
+		}
+		return;
+	}
+	memcpy(t->batch, paths, n * sizeof(char *));
+	t->nbatch = n;
+	queue_task_locked(t);
 }
 
 static bool
@@ -249,6 +312,28 @@ delete_task_completion(int rc, const void *data)
 		t->in_flight = false;	/* re-sent after the reconnect */
 	else
 		unlink_task_locked(t);	/* done, gone, or the session is gone */
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * A multi request is all or nothing: if any delete in it failed (a node an
+ * operator removed, say), none was done, so each is sent again on its own.
+ */
+static void
+batch_task_completion(int rc, const void *data)
+{
+	CleanupTask *t = (CleanupTask *) data;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (is_connection_loss(rc) && !zh_closing && !t->dead)
+		t->in_flight = false;
+	else
+	{
+		if (rc != ZOK && !zh_closing && !t->dead)
+			for (int i = 0; i < t->nbatch; i++)
+				add_task_locked(t->batch[i], NULL);
+		unlink_task_locked(t);
+	}
 	pthread_mutex_unlock(&zks_mutex);
 }
 
@@ -300,7 +385,14 @@ submit_task_locked(CleanupTask *t)
 		zk_state != ZOO_CONNECTED_STATE)
 		return;
 	t->in_flight = true;
-	if (t->prefix != NULL)
+	if (t->nbatch > 0)
+	{
+		for (int i = 0; i < t->nbatch; i++)
+			zoo_delete_op_init(&t->ops[i], t->batch[i], -1);
+		rc = zoo_amulti(zh, t->nbatch, t->ops, t->results,
+						batch_task_completion, t);
+	}
+	else if (t->prefix != NULL)
 		rc = zoo_aget_children(zh, t->path, 0, sweep_task_completion, t);
 	else
 		rc = zoo_adelete(zh, t->path, -1, delete_task_completion, t);
@@ -1224,9 +1316,87 @@ zks_done(ZksRequest *req)
 	pthread_mutex_unlock(&zks_mutex);
 }
 
+/*
+ * Deletes collected between zks_batch_begin() and zks_batch_end()
+ * (backend only; malloc'd, as they are handed over to tasks).
+ */
+static bool batching = false;
+static char **pending = NULL;
+static int	npending = 0;
+static int	pending_cap = 0;
+
+static bool
+collect_delete(const char *path)
+{
+	char	   *copy;
+
+	if (npending == pending_cap)
+	{
+		int			newcap = Max(64, pending_cap * 2);
+		char	  **grown = realloc(pending, newcap * sizeof(char *));
+
+		if (grown == NULL)
+			return false;
+		pending = grown;
+		pending_cap = newcap;
+	}
+	copy = strdup(path);
+	if (copy == NULL)
+		return false;
+	pending[npending++] = copy;
+	return true;
+}
+
+void
+zks_batch_begin(void)
+{
+	batching = true;
+}
+
+void
+zks_batch_end(void)
+{
+	int			start = 0;
+
+	batching = false;
+	pthread_mutex_lock(&zks_mutex);
+	while (start < npending)
+	{
+		int			n = 0;
+		size_t		bytes = 0;
+
+		while (start + n < npending && n < BATCH_MAX_OPS)
+		{
+			size_t		len = strlen(pending[start + n]) + 32;
+
+			if (n > 0 && bytes + len > BATCH_MAX_BYTES)
+				break;
+			bytes += len;
+			n++;
+		}
+		if (zh == NULL || zh_closing)
+		{
+			for (int i = start; i < start + n; i++)
+				free(pending[i]);
+		}
+		else if (n == 1)
+		{
+			add_task_locked(pending[start], NULL);
+			free(pending[start]);
+		}
+		else
+			add_batch_locked(&pending[start], n);
+		start += n;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	npending = 0;
+}
+
 void
 zks_delete_async(const char *path)
 {
+	if (batching && collect_delete(path))
+		return;
 	pthread_mutex_lock(&zks_mutex);
 	if (zh != NULL && !zh_closing)
 		add_task_locked(path, NULL);

@@ -122,6 +122,15 @@ extern void zks_done(ZksRequest *req);
 extern void zks_delete_async(const char *path);
 
 /*
+ * Between these two, zks_delete_async() only collects; zks_batch_end()
+ * sends what was collected as multi requests (each well under ZooKeeper's
+ * 1 MB limit), a lone delete as a plain one.  A multi that fails is split
+ * into single deletes.  Neither raises ERROR.
+ */
+extern void zks_batch_begin(void);
+extern void zks_batch_end(void);
+
+/*
  * Delete, the same way, every child of parent whose name starts with
  * prefix: for a create whose reply was lost and whose node nobody claims.
  */

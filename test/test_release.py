@@ -1,0 +1,118 @@
+"""
+Releasing many locks at once: COMMIT, zk_unlock_all() and ROLLBACK TO
+SAVEPOINT send their deletes as ZooKeeper multi requests (at most 1,000
+deletes each, far below the 1 MB packet limit) instead of one request per
+lock; a multi that fails (one node already gone) is split into single
+deletes, so the other nodes still go.
+
+What ZooKeeper holds is read from the server itself: `dump` lists every
+ephemeral node with its session, `mntr` counts the requests it received.
+"""
+
+import harness
+from harness import wait_until
+
+TIMEOUT = 180                   # seconds per test (enforced by the runner)
+
+MANY = "SELECT count(%s(%%s || '/' || i)) FROM generate_series(1, %%s) i"
+MANY_X = MANY % 'zk_lock_exclusive'
+MANY_SESSION = MANY % 'zk_session_lock_exclusive'
+
+
+def ephemerals_under(ctx, resource_prefix):
+    """Ephemeral nodes the server holds under <root>/<resource_prefix>/."""
+    prefix = ctx.zi.parent_path(resource_prefix) + '/'
+    dump = ctx.zk.four_letter(1, 'dump', timeout=30)
+    return [ln.strip() for ln in dump.splitlines()
+            if ln.strip().startswith(prefix)]
+
+
+def packets_received(ctx):
+    mntr = ctx.zk.four_letter(1, 'mntr')
+    for line in mntr.splitlines():
+        key, _, value = line.partition('\t')
+        if key == 'zk_packets_received':
+            return int(value)
+    raise AssertionError('no zk_packets_received in mntr:\n' + mntr)
+
+
+def take_many(ctx, b, sql, prefix, n):
+    got = b.scalar(sql, [prefix, n], timeout=150)
+    assert got == n, got
+    wait_until(lambda: len(ephemerals_under(ctx, prefix)) == n, 30,
+               '%d nodes of %s in ZooKeeper' % (n, prefix))
+
+
+def wait_all_gone(ctx, prefix, what):
+    last = []
+
+    def gone():
+        nonlocal last
+        last = ephemerals_under(ctx, prefix)
+        return not last
+    try:
+        wait_until(gone, 30, what)
+    except TimeoutError:
+        raise AssertionError('%s: %d node(s) left, e.g. %s'
+                             % (what, len(last), last[:3])) from None
+
+
+def test_commit_releases_in_few_requests(ctx):
+    """2,500 transaction-level locks: COMMIT deletes them all with a
+    handful of requests (3 multis), not 2,500."""
+    n, prefix = 2500, 'bulk-commit'
+    b = ctx.backend('bulk-commit')
+    b.query('SET zklock.verify_at_commit = off')   # count only the deletes
+    b.query('BEGIN')
+    take_many(ctx, b, MANY_X, prefix, n)
+    before = packets_received(ctx)
+    b.query('COMMIT')
+    wait_all_gone(ctx, prefix, 'nodes deleted after COMMIT')
+    # our own mntr/dump polls count as packets too; 2,500 deletes sent
+    # one by one would be 2,500
+    sent = packets_received(ctx) - before
+    ctx.figure('requests to release %d locks at COMMIT' % n, sent)
+    assert sent < 200, '%d requests to release %d locks' % (sent, n)
+
+
+def test_failed_batch_is_split(ctx):
+    """An operator deletes one held node; the multi that contains it fails
+    as a whole, and its other deletes are sent one by one."""
+    n, prefix = 1200, 'bulk-split'
+    b = ctx.backend('bulk-split')
+    b.query('SET zklock.verify_at_commit = off')   # commit despite the loss
+    b.query('BEGIN')
+    take_many(ctx, b, MANY_X, prefix, n)
+    victim = ephemerals_under(ctx, prefix)[n // 2]
+    ctx.kz.delete(victim)
+    before = packets_received(ctx)
+    b.query('COMMIT')
+    wait_all_gone(ctx, prefix, 'nodes deleted after a failed multi')
+    # the failed multi held at least 200 deletes (1,000 + 199 in two
+    # batches, or 199 + 1,000): each came back as a request of its own
+    sent = packets_received(ctx) - before
+    ctx.figure('requests after a failed multi (%d locks)' % (n - 1), sent)
+    assert sent >= 150, \
+        'only %d requests: the failed multi was not split' % sent
+
+
+def test_unlock_all_and_rollback_to_savepoint(ctx):
+    """zk_unlock_all() and ROLLBACK TO SAVEPOINT release in bulk too."""
+    n = 1500
+    b = ctx.backend('bulk-other')
+    take_many(ctx, b, MANY_SESSION, 'bulk-session', n)
+    before = packets_received(ctx)
+    b.query('SELECT zk_unlock_all()')
+    wait_all_gone(ctx, 'bulk-session', 'nodes deleted by zk_unlock_all()')
+    sent = packets_received(ctx) - before
+    assert sent < 200, '%d requests to release %d session locks' % (sent, n)
+
+    b.query('BEGIN')
+    b.query('SAVEPOINT s')
+    take_many(ctx, b, MANY_X, 'bulk-savepoint', n)
+    b.query('ROLLBACK TO SAVEPOINT s')
+    wait_all_gone(ctx, 'bulk-savepoint', 'nodes deleted by ROLLBACK TO')
+    assert b.scalar('SELECT count(*) FROM zk_locks') == 0
+    b.query('COMMIT')
+    harness.log('bulk release: %d locks released by zk_unlock_all in %d '
+                'requests' % (n, sent))
