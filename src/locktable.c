@@ -245,7 +245,17 @@ typedef struct CheckRound
 {
 	NodeCheck  *checks;
 	int			n;
+	ZksRequest **multis;		/* check_by_multi's requests */
+	int			nmultis;
 } CheckRound;
+
+/*
+ * From this many locks on, the pre-commit check asks with multi requests
+ * of "check" operations (up to 1,000 nodes each) instead of one exists per
+ * node.  A multi is a write, answered by the leader after its log is
+ * written, so for a few locks the exists are cheaper.
+ */
+#define MULTI_CHECK_MIN 16
 
 static void
 end_round(CheckRound *r)
@@ -255,6 +265,67 @@ end_round(CheckRound *r)
 		zks_done(r->checks[i].req);
 		r->checks[i].req = NULL;
 	}
+	for (int i = 0; i < r->nmultis; i++)
+		zks_done(r->multis[i]);
+	r->nmultis = 0;
+}
+
+/*
+ * Confirm the unconfirmed nodes with multi "check" requests.  A multi is
+ * all or nothing, so the nodes of one that failed stay unconfirmed: the
+ * exists that follow tell which is gone and why.  Returns ZKS_TIMEDOUT,
+ * ZKS_SESSION_EXPIRED or ZKS_CONNECTION_LOSS if any request ended so,
+ * else ZKS_OK.
+ */
+static ZksRc
+check_by_multi(CheckRound *r, TimestampTz deadline)
+{
+	const char **paths = palloc(sizeof(char *) * r->n);
+	int		   *which = palloc(sizeof(int) * r->n);
+	int		   *first = palloc(sizeof(int) * (r->n + 1));
+	int			n = 0;
+	ZksRc		result = ZKS_OK;
+
+	for (int i = 0; i < r->n; i++)
+		if (!r->checks[i].done)
+		{
+			which[n] = i;
+			paths[n++] = r->checks[i].lock->node;
+		}
+
+	r->multis = palloc(sizeof(ZksRequest *) * Max(n, 1));
+	first[0] = 0;
+	while (first[r->nmultis] < n)
+	{
+		int			start = first[r->nmultis];
+		int			taken;
+
+		r->multis[r->nmultis] = zks_send_checks(paths + start, n - start,
+												&taken);
+		r->nmultis++;
+		first[r->nmultis] = start + taken;
+	}
+
+	for (int m = 0; m < r->nmultis; m++)
+	{
+		ZksRc		rc = zks_wait(r->multis[m], deadline);
+
+		if (rc == ZKS_OK)
+		{
+			for (int k = first[m]; k < first[m + 1]; k++)
+				r->checks[which[k]].done = true;
+		}
+		else if (rc == ZKS_TIMEDOUT)
+			return ZKS_TIMEDOUT;
+		else if (rc == ZKS_SESSION_EXPIRED)
+			result = ZKS_SESSION_EXPIRED;
+		else if (rc == ZKS_CONNECTION_LOSS && result == ZKS_OK)
+			result = ZKS_CONNECTION_LOSS;
+	}
+	pfree(paths);
+	pfree(which);
+	pfree(first);
+	return result;
 }
 
 /*
@@ -278,6 +349,32 @@ check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
 	int64		sid = zks_session_id();
 	bool		complete = true;
 	ZksRc		rc;
+	int			unconfirmed = 0;
+
+	for (int i = 0; i < r->n; i++)
+		if (!r->checks[i].done)
+			unconfirmed++;
+	if (unconfirmed >= MULTI_CHECK_MIN)
+	{
+		rc = check_by_multi(r, deadline);
+		if (rc == ZKS_TIMEDOUT)
+		{
+			*timedout = true;
+			return false;
+		}
+		if (rc == ZKS_CONNECTION_LOSS)
+			return false;		/* ask again after the reconnect */
+		if (rc == ZKS_SESSION_EXPIRED)
+		{
+			for (int i = 0; i < r->n; i++)
+				if (!r->checks[i].done)
+				{
+					mark_lost(r->checks[i].lock, ZKL_LOST_SESSION);
+					r->checks[i].done = true;
+				}
+			return true;
+		}
+	}
 
 	for (int i = 0; i < r->n; i++)
 		if (!r->checks[i].done)
@@ -336,6 +433,8 @@ confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
 
 	r.checks = palloc0(sizeof(NodeCheck) * (hash_get_num_entries(lock_table) + 1));
 	r.n = 0;
+	r.multis = NULL;
+	r.nmultis = 0;
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{

@@ -62,7 +62,8 @@ typedef enum ReqKind
 	KIND_CHILDREN,
 	KIND_EXISTS,
 	KIND_GET,
-	KIND_SYNC
+	KIND_SYNC,
+	KIND_MULTI
 } ReqKind;
 
 struct ZksRequest
@@ -80,6 +81,7 @@ struct ZksRequest
 	int			nchildren;
 	char	   *value;			/* get: the node's data (malloc) */
 	int			value_len;
+	zoo_op_result_t *results;	/* multi: written by the reply (malloc) */
 	struct ZksRequest *prev;	/* in the abandoned list */
 	struct ZksRequest *next;
 };
@@ -159,6 +161,7 @@ static bool zh_had_session = false;
 static bool shutdown_registered = false;
 
 static void submit_task_locked(CleanupTask *t);
+static int	batch_fit(const char *const *paths, int n);
 static void forget_auth(void);
 static void sleep_on_latch(TimestampTz deadline);
 static bool deadline_passed(TimestampTz deadline);
@@ -445,6 +448,7 @@ free_request(ZksRequest *req)
 	free(req->path);
 	free(req->created);
 	free(req->value);
+	free(req->results);
 	if (req->children != NULL)
 	{
 		for (int i = 0; i < req->nchildren; i++)
@@ -622,6 +626,16 @@ exists_completion(int rc, const struct Stat *stat, const void *data)
 	if (!completion_begin(req, rc))
 		return;
 	store_stat(req, rc, stat);
+	completion_end(req);
+}
+
+static void
+multi_completion(int rc, const void *data)
+{
+	ZksRequest *req = (ZksRequest *) data;
+
+	if (!completion_begin(req, rc))
+		return;
 	completion_end(req);
 }
 
@@ -1189,6 +1203,36 @@ zks_send_exists(const char *path, bool watch)
 }
 
 ZksRequest *
+zks_send_checks(const char *const *paths, int n, int *taken)
+{
+	ZksRequest *req = new_request(KIND_MULTI, paths[0]);
+	zoo_op_t   *ops;
+	int			zrc;
+
+	*taken = batch_fit(paths, n);
+	ops = malloc(*taken * sizeof(zoo_op_t));
+	req->results = malloc(*taken * sizeof(zoo_op_result_t));
+	if (ops == NULL || req->results == NULL)
+	{
+		free(ops);
+		free_request(req);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	}
+	for (int i = 0; i < *taken; i++)
+		zoo_check_op_init(&ops[i], paths[i], -1);
+
+	/* the request is serialized here: ops need not outlive the call */
+	if (zh == NULL)
+		zrc = ZINVALIDSTATE;
+	else
+		zrc = zoo_amulti(zh, *taken, ops, req->results, multi_completion, req);
+	free(ops);
+	return sent(req, zrc);
+}
+
+ZksRequest *
 zks_send_get(const char *path)
 {
 	ZksRequest *req = new_request(KIND_GET, path);
@@ -1316,6 +1360,25 @@ zks_done(ZksRequest *req)
 	pthread_mutex_unlock(&zks_mutex);
 }
 
+/* How many of the n paths go into one multi request (at least one). */
+static int
+batch_fit(const char *const *paths, int n)
+{
+	int			fit = 0;
+	size_t		bytes = 0;
+
+	while (fit < n && fit < BATCH_MAX_OPS)
+	{
+		size_t		len = strlen(paths[fit]) + 32;
+
+		if (fit > 0 && bytes + len > BATCH_MAX_BYTES)
+			break;
+		bytes += len;
+		fit++;
+	}
+	return fit;
+}
+
 /*
  * Deletes collected between zks_batch_begin() and zks_batch_end()
  * (backend only; malloc'd, as they are handed over to tasks).
@@ -1362,18 +1425,9 @@ zks_batch_end(void)
 	pthread_mutex_lock(&zks_mutex);
 	while (start < npending)
 	{
-		int			n = 0;
-		size_t		bytes = 0;
+		int			n = batch_fit((const char *const *) pending + start,
+								  npending - start);
 
-		while (start + n < npending && n < BATCH_MAX_OPS)
-		{
-			size_t		len = strlen(pending[start + n]) + 32;
-
-			if (n > 0 && bytes + len > BATCH_MAX_BYTES)
-				break;
-			bytes += len;
-			n++;
-		}
 		if (zh == NULL || zh_closing)
 		{
 			for (int i = start; i < start + n; i++)

@@ -79,6 +79,15 @@ extern ZksRequest *zks_send_exists(const char *path, bool watch);
 extern ZksRequest *zks_send_get(const char *path);
 
 /*
+ * One multi request of "check" operations on the first *taken of the n
+ * paths (as many as fit well under ZooKeeper's 1 MB limit).  ZKS_OK means
+ * every one of them exists.  A multi is a write, so the leader answers:
+ * worth it only for many nodes, where it replaces one exists each.
+ */
+extern ZksRequest *zks_send_checks(const char *const *paths, int n,
+								   int *taken);
+
+/*
  * Bring the connected server up to date with the leader (ZooKeeper's
  * "sync"), so that the reads sent behind it see every committed change.
  */

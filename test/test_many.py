@@ -1,13 +1,18 @@
 """
-Releasing many locks at once: COMMIT, zk_unlock_all() and ROLLBACK TO
-SAVEPOINT send their deletes as ZooKeeper multi requests (at most 1,000
-deletes each, far below the 1 MB packet limit) instead of one request per
-lock; a multi that fails (one node already gone) is split into single
-deletes, so the other nodes still go.
+Many locks in one backend.  Releasing them (COMMIT, zk_unlock_all(),
+ROLLBACK TO SAVEPOINT) sends the deletes as ZooKeeper multi requests (at
+most 1,000 deletes each, far below the 1 MB packet limit) instead of one
+request per lock; a multi that fails (one node already gone) is split into
+single deletes, so the other nodes still go.  Confirming them before
+COMMIT (zklock.verify_at_commit) uses multi requests of "check" operations
+from 16 locks on; one that fails is followed by an exists per node, which
+names the lock that was lost.
 
 What ZooKeeper holds is read from the server itself: `dump` lists every
 ephemeral node with its session, `mntr` counts the requests it received.
 """
+
+import psycopg2
 
 import harness
 from harness import wait_until
@@ -116,3 +121,46 @@ def test_unlock_all_and_rollback_to_savepoint(ctx):
     b.query('COMMIT')
     harness.log('bulk release: %d locks released by zk_unlock_all in %d '
                 'requests' % (n, sent))
+
+
+def test_verify_many_in_few_requests(ctx):
+    """The pre-commit check of 2,500 locks: a few multi "check" requests,
+    not 2,500 exists."""
+    n, prefix = 2500, 'bulk-verify'
+    b = ctx.backend('bulk-verify')
+    b.query('SET zklock.verify_at_commit = on')
+    b.query('BEGIN')
+    take_many(ctx, b, MANY_X, prefix, n)
+    before = packets_received(ctx)
+    b.query('COMMIT')
+    wait_all_gone(ctx, prefix, 'nodes deleted after COMMIT')
+    sent = packets_received(ctx) - before
+    ctx.figure('requests to confirm and release %d locks at COMMIT' % n, sent)
+    assert sent < 200, '%d requests to confirm and release %d locks' \
+        % (sent, n)
+
+
+def test_verify_many_names_the_lost_lock(ctx):
+    """One of 300 held nodes deleted by an operator: the multi check fails,
+    the exists that follow find which, COMMIT fails with 40001 naming it,
+    and the other 299 nodes are deleted."""
+    n, prefix = 300, 'bulk-lost'
+    b = ctx.backend('bulk-lost')
+    ctx.admin.query('DROP TABLE IF EXISTS bulk_lost_rows')
+    ctx.admin.query('CREATE TABLE bulk_lost_rows (x int)')
+    b.query('SET zklock.verify_at_commit = on')
+    b.query('BEGIN')
+    take_many(ctx, b, MANY_X, prefix, n)
+    b.query('INSERT INTO bulk_lost_rows VALUES (1)')
+    victim = sorted(ephemerals_under(ctx, prefix))[n // 3]
+    lost = victim.rsplit('/', 2)[1]         # the lock parent's last level
+    ctx.kz.delete(victim)
+    try:
+        b.query('COMMIT')
+    except psycopg2.Error as e:
+        assert e.pgcode == '40001', (e.pgcode, str(e))
+        assert '"%s/%s"' % (prefix, lost) in str(e), str(e)
+    else:
+        raise AssertionError('COMMIT succeeded although a lock was lost')
+    assert ctx.admin.scalar('SELECT count(*) FROM bulk_lost_rows') == 0
+    wait_all_gone(ctx, prefix, 'the other nodes deleted after the failed COMMIT')
