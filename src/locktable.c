@@ -97,6 +97,7 @@ typedef struct Attempt
 	ZksRequest *lreq;			/* listing in flight */
 	ZksRequest *ereq;			/* exists (watch) in flight */
 	List	   *preqs;			/* creates of the lock parent and ancestors */
+	List	   *ppaths;			/* ... and their paths */
 	char	   *node;			/* our node, once known */
 	const char *name;
 	int64		token;
@@ -764,6 +765,64 @@ done_req(ZksRequest **req)
 }
 
 /*
+ * Ancestors of lock parents (the root, intermediate levels) that exist in
+ * the current session, so that a new lock parent costs one create rather
+ * than one per level.  They are containers, which the server removes once
+ * empty: a level that went shows up as NONODE for the create below it,
+ * and the whole cache is dropped.  A new session (expiry, other hosts)
+ * starts afresh; long paths are not cached.
+ */
+#define ANCESTOR_KEY_LEN	256
+#define ANCESTOR_CACHE_MAX	1024
+
+static HTAB *known_ancestors = NULL;
+static int64 known_ancestors_session = 0;
+
+static void
+ancestors_forget(void)
+{
+	if (known_ancestors != NULL)
+		hash_destroy(known_ancestors);
+	known_ancestors = NULL;
+}
+
+static bool
+ancestor_known(const char *path)
+{
+	bool		found = false;
+
+	if (known_ancestors_session != zks_session_id())
+		ancestors_forget();
+	if (known_ancestors != NULL && strlen(path) < ANCESTOR_KEY_LEN)
+		hash_search(known_ancestors, path, HASH_FIND, &found);
+	return found;
+}
+
+static void
+ancestor_remember(const char *path)
+{
+	if (strlen(path) >= ANCESTOR_KEY_LEN)
+		return;
+	if (known_ancestors_session != zks_session_id() ||
+		(known_ancestors != NULL &&
+		 hash_get_num_entries(known_ancestors) >= ANCESTOR_CACHE_MAX))
+		ancestors_forget();
+	if (known_ancestors == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = ANCESTOR_KEY_LEN;
+		ctl.entrysize = ANCESTOR_KEY_LEN;
+		ctl.hcxt = TopMemoryContext;
+		known_ancestors = hash_create("zklock known ancestors", 16, &ctl,
+									  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+		known_ancestors_session = zks_session_id();
+	}
+	hash_search(known_ancestors, path, HASH_ENTER, NULL);
+}
+
+/*
  * Create the lock parent and every ancestor, as CONTAINER nodes (the server
  * removes them once empty).  Only sent here: the caller sends its create
  * and listing right behind them, so the whole retry is one round trip
@@ -780,9 +839,14 @@ send_parents(Attempt *a)
 		{
 			char	   *path = pnstrdup(a->parent, p + 1 - a->parent);
 
+			if (p[1] == '/' && ancestor_known(path))
+			{
+				pfree(path);
+				continue;
+			}
 			a->preqs = lappend(a->preqs,
 							   zks_send_create(path, "", 0, ZKS_CONTAINER));
-			pfree(path);
+			a->ppaths = lappend(a->ppaths, path);
 		}
 	}
 }
@@ -795,7 +859,9 @@ done_parents(Attempt *a)
 	foreach(lc, a->preqs)
 		zks_done((ZksRequest *) lfirst(lc));
 	list_free(a->preqs);
+	list_free_deep(a->ppaths);
 	a->preqs = NIL;
+	a->ppaths = NIL;
 }
 
 /*
@@ -806,12 +872,20 @@ static void
 check_parents(Attempt *a)
 {
 	ListCell   *lc;
+	ListCell   *pc;
 	ZksRc		failed = ZKS_OK;
+	size_t		parent_len = strlen(a->parent);
 
-	foreach(lc, a->preqs)
+	forboth(lc, a->preqs, pc, a->ppaths)
 	{
 		ZksRc		rc = await_reply(a, (ZksRequest *) lfirst(lc));
+		const char *path = (const char *) lfirst(pc);
 
+		if ((rc == ZKS_OK || rc == ZKS_NODEEXISTS) &&
+			strlen(path) < parent_len)
+			ancestor_remember(path);
+		else if (rc == ZKS_NONODE)
+			ancestors_forget(); /* a level we skipped was reaped */
 		if (rc != ZKS_OK && rc != ZKS_NODEEXISTS &&
 			rc != ZKS_CONNECTION_LOSS && rc != ZKS_NONODE && failed == ZKS_OK)
 			failed = rc;
