@@ -67,7 +67,7 @@ fuzz:
 # pg_advisory_xact_lock side by side, prints a table of medians and writes
 # bench/results.md and bench/handoffs.png.  ~12-15 min on 2 cores;
 # `make bench QUICK=1` ~3 min; ZK_SERVERS=3 for a 3-server ensemble;
-# ZK_FSYNC=1 for forceSync=yes.
+# ZooKeeper fsyncs (forceSync=yes) unless ZK_FSYNC=0.
 .PHONY: bench
 bench:
 	QUICK="$(QUICK)" ZK_SERVERS="$(ZK_SERVERS)" ZK_FSYNC="$(ZK_FSYNC)" bash bench/run.sh

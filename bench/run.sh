@@ -7,7 +7,7 @@
 #   make bench                  full run (~12-15 min on 2 cores)
 #   make bench QUICK=1          ~3 min
 #   make bench ZK_SERVERS=3     3-server ensemble (default: standalone)
-#   make bench ZK_FSYNC=1       ZooKeeper with forceSync=yes
+#   make bench ZK_FSYNC=0       ZooKeeper with forceSync=no (default: yes)
 #   BENCH_RUNS=5 BENCH_SECONDS=6 make bench
 set -euo pipefail
 
