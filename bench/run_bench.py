@@ -836,6 +836,30 @@ def targets(res):
     return out
 
 
+def references(res):
+    """(label, value) that put the targets in proportion: the same ratios
+    with the check off, and the best ratio to Curator and kazoo that this
+    protocol reaches without PostgreSQL at all (rawzk pipelined: create and
+    listing in one round trip, delete not awaited)."""
+    u = res['uncontended']
+    c = res['contended']
+    out = []
+    if u:
+        off = u['zklock-off']['median_us']
+        bound = u['raw-pipelined']['median_us']
+        for peer, name in (('curator', 'Curator'), ('kazoo', 'kazoo')):
+            out.append(('uncontended: %s / zklock (verify off)' % name,
+                        ratio(u[peer]['median_us'], off)))
+            out.append(('uncontended: %s / rawzk pipelined (zklock\'s protocol, '
+                        'no PostgreSQL)' % name,
+                        ratio(u[peer]['median_us'], bound)))
+    if c and 16 in c['zklock-off']['median']:
+        out.append(('16 clients: zklock (verify off) / Curator handoffs per s',
+                    ratio(c['zklock-off']['median'][16],
+                          c['curator']['median'][16])))
+    return out
+
+
 def budget(res):
     """Where an uncontended zklock cycle's time goes, from the medians:
     [(label, microseconds or None)]."""
@@ -1019,6 +1043,18 @@ def write_markdown(res, info, path, elapsed, load):
     L.append('|---|---|---|')
     for name, value, ok in targets(res):
         L.append('| %s | %s | %s |' % (name, fmt(value, '%.2f'), 'yes' if ok else '**no**'))
+    refs = references(res)
+    if refs:
+        L.append('')
+        L.append('For proportion (not targets): the same ratios with '
+                 '`zklock.verify_at_commit` off, and what the protocol itself '
+                 'allows: rawzk pipelined runs zklock\'s requests with no '
+                 'PostgreSQL in between, so no zklock cycle can be faster.')
+        L.append('')
+        L.append('| ratio | measured |')
+        L.append('|---|---:|')
+        for name, value in refs:
+            L.append('| %s | %s |' % (name, fmt(value, '%.2f')))
     if u:
         raw = u['raw-sync']['median_us']
         L.append('')
@@ -1273,6 +1309,9 @@ def main():
     print('Targets (issue 6):')
     for name, value, ok in targets(res):
         print('  %-66s %8s  %s' % (name, fmt(value, '%.2f'), 'met' if ok else 'NOT MET'))
+    print('For proportion:')
+    for name, value in references(res):
+        print('  %-66s %8s' % (name, fmt(value, '%.2f')))
     if res['failures']:
         print()
         print('Failed measurements (left out of the medians):')

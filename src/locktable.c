@@ -33,6 +33,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/dbcommands.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "postmaster/postmaster.h"
 #include "storage/proc.h"
@@ -45,9 +46,15 @@
 #include "session.h"
 #include "zklock.h"
 
+/*
+ * The key points at the resource name: in an entry, at a copy in
+ * TopMemoryContext that the entry owns; in a lookup, at the caller's
+ * string.  (A fixed array for the longest name would cost half a kilobyte
+ * per held lock.)
+ */
 typedef struct ZklLockKey
 {
-	char		resource[ZKR_MAX_RESOURCE_BYTES + 1];
+	const char *resource;
 	ZkrMode		mode;
 } ZklLockKey;
 
@@ -131,8 +138,28 @@ static void
 make_key(ZklLockKey *key, const char *resource, ZkrMode mode)
 {
 	memset(key, 0, sizeof(ZklLockKey));
-	strlcpy(key->resource, resource, sizeof(key->resource));
+	key->resource = resource;
 	key->mode = mode;
+}
+
+static uint32
+key_hash(const void *key, Size keysize)
+{
+	const ZklLockKey *k = (const ZklLockKey *) key;
+
+	return hash_bytes((const unsigned char *) k->resource,
+					  strlen(k->resource)) ^ (uint32) k->mode;
+}
+
+static int
+key_match(const void *key1, const void *key2, Size keysize)
+{
+	const ZklLockKey *a = (const ZklLockKey *) key1;
+	const ZklLockKey *b = (const ZklLockKey *) key2;
+
+	if (a->mode != b->mode)
+		return 1;
+	return strcmp(a->resource, b->resource);
 }
 
 static ZklLock *
@@ -179,6 +206,8 @@ add_hold(ZklLock *lock, ZklScope scope)
 static void
 release_if_unused(ZklLock *lock)
 {
+	char	   *resource;
+
 	if (lock->session_count > 0 || lock->xact_count > 0)
 		return;
 
@@ -197,7 +226,9 @@ release_if_unused(ZklLock *lock)
 	pfree(lock->prefix);
 	if (lock->xact_subids)
 		pfree(lock->xact_subids);
+	resource = (char *) lock->key.resource;
 	hash_search(lock_table, &lock->key, HASH_REMOVE, NULL);
+	pfree(resource);
 }
 
 static void
@@ -630,9 +661,12 @@ zkl_init(void)
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(ZklLockKey);
 	ctl.entrysize = sizeof(ZklLock);
+	ctl.hash = key_hash;
+	ctl.match = key_match;
 	ctl.hcxt = TopMemoryContext;
 	lock_table = hash_create("zklock locks", 64, &ctl,
-							 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+							 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+							 HASH_CONTEXT);
 
 	RegisterXactCallback(zkl_xact_callback, NULL);
 	RegisterSubXactCallback(zkl_subxact_callback, NULL);
@@ -1267,10 +1301,11 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 			char	   *parent = MemoryContextStrdup(TopMemoryContext, a.parent);
 			char	   *node = MemoryContextStrdup(TopMemoryContext, a.node);
 			char	   *prefix = MemoryContextStrdup(TopMemoryContext, a.prefix);
+			char	   *res = MemoryContextStrdup(TopMemoryContext, resource);
 			SubTransactionId *subids = MemoryContextAlloc(TopMemoryContext,
 														  4 * sizeof(SubTransactionId));
 
-			make_key(&key, resource, mode);
+			make_key(&key, res, mode);
 			lock = (ZklLock *) hash_search(lock_table, &key, HASH_ENTER, &found);
 			Assert(!found);
 			lock->parent = parent;

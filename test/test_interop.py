@@ -774,9 +774,10 @@ def test_mixed_protocols_exclude(ctx):
             ctx.wait_state(b)
             nb = zi.wait_contenders(res, 2)[1]
             check_layout(pb, 'exclusive', nb.name)
-            wchp = ctx.zk.watches_by_path()
-            assert nb.session_id in wchp.get(na.path, ()), \
-                '%s waiter does not watch the %s holder' % (pb, pa)
+            # the node shows before its watch is set: wait for the watch
+            wait_until(lambda: nb.session_id in
+                       ctx.zk.watches_by_path().get(na.path, ()), 10,
+                       '%s waiter to watch the %s holder' % (pb, pa))
             time.sleep(0.2)
             assert not fut.done(), '%s granted while %s holds' % (pb, pa)
             a.query('COMMIT')
