@@ -27,13 +27,24 @@ def parent_cversion(ctx, res):
     return stat.cversion
 
 
+KEEP = 'keep-parent'     # not a contender name: zklock ignores it
+
+
 def prepare_parent(ctx, b, res):
-    """One lock cycle, so the lock parent exists and its cversion is known."""
+    """One lock cycle, so the lock parent exists and its cversion is known.
+    A plain child keeps the parent from being removed by the server while
+    it has no contender (it is a container, reaped when found empty, once
+    a minute), which would lose its cversion in the middle of a test."""
     b.query('BEGIN')
     token_of(b.submit(LOCK_X, [res, '10 seconds']), 10)
     b.query('COMMIT')
     ctx.zi.wait_contenders(res, 0)
+    ctx.kz.ensure_path(ctx.zi.parent_path(res) + '/' + KEEP)
     return parent_cversion(ctx, res)
+
+
+def release_parent(ctx, res):
+    ctx.kz.delete(ctx.zi.parent_path(res) + '/' + KEEP)
 
 
 def frozen_call(ctx, b, res, freeze_s):
@@ -89,6 +100,7 @@ def test_late_create_is_deleted(ctx):
     token_of(b.submit(LOCK_X, [res, '10 seconds']), 10, 'lock after the freeze')
     b.query('COMMIT')
     ctx.zi.wait_contenders(res, 0)
+    release_parent(ctx, res)
 
 
 def test_lost_create_reply_is_swept(ctx):
@@ -123,6 +135,7 @@ def test_lost_create_reply_is_swept(ctx):
     token_of(b.submit(LOCK_X, [res, '10 seconds']), 15, 'lock after reconnect')
     b.query('COMMIT')
     ctx.zi.wait_contenders(res, 0)
+    release_parent(ctx, res)
 
 
 def test_timeout_bounds_the_wait_for_a_session(ctx):
