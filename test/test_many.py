@@ -64,40 +64,43 @@ def wait_all_gone(ctx, prefix, what):
                              % (what, len(last), last[:3])) from None
 
 
+def requests_to_commit(ctx, prefix, n, verify, before_commit=None):
+    """Take n transaction-level locks under prefix in one transaction,
+    COMMIT, wait until ZooKeeper has deleted every node; returns how many
+    requests ZooKeeper received from the COMMIT on (our own mntr/dump
+    polls count as packets too)."""
+    b = ctx.backend(prefix)
+    b.query('SET zklock.verify_at_commit = %s' % verify)
+    b.query('BEGIN')
+    take_many(ctx, b, MANY_X, prefix, n)
+    if before_commit:
+        before_commit()
+    before = packets_received(ctx)
+    b.query('COMMIT')
+    wait_all_gone(ctx, prefix, 'nodes of %s deleted after COMMIT' % prefix)
+    return packets_received(ctx) - before
+
+
 def test_commit_releases_in_few_requests(ctx):
     """2,500 transaction-level locks: COMMIT deletes them all with a
     handful of requests (3 multis), not 2,500."""
-    n, prefix = 2500, 'bulk-commit'
-    b = ctx.backend('bulk-commit')
-    b.query('SET zklock.verify_at_commit = off')   # count only the deletes
-    b.query('BEGIN')
-    take_many(ctx, b, MANY_X, prefix, n)
-    before = packets_received(ctx)
-    b.query('COMMIT')
-    wait_all_gone(ctx, prefix, 'nodes deleted after COMMIT')
-    # our own mntr/dump polls count as packets too; 2,500 deletes sent
-    # one by one would be 2,500
-    sent = packets_received(ctx) - before
+    n = 2500
+    sent = requests_to_commit(ctx, 'bulk-commit', n, 'off')  # deletes only
     ctx.figure('requests to release %d locks at COMMIT' % n, sent)
     assert sent < 200, '%d requests to release %d locks' % (sent, n)
 
 
 def test_failed_batch_is_split(ctx):
     """An operator deletes one held node; the multi that contains it fails
-    as a whole, and its other deletes are sent one by one."""
+    as a whole, and its other deletes are sent one by one.  (The check is
+    off, so the COMMIT goes through despite the loss.)"""
     n, prefix = 1200, 'bulk-split'
-    b = ctx.backend('bulk-split')
-    b.query('SET zklock.verify_at_commit = off')   # commit despite the loss
-    b.query('BEGIN')
-    take_many(ctx, b, MANY_X, prefix, n)
-    victim = ephemerals_under(ctx, prefix)[n // 2]
-    ctx.kz.delete(victim)
-    before = packets_received(ctx)
-    b.query('COMMIT')
-    wait_all_gone(ctx, prefix, 'nodes deleted after a failed multi')
-    # the failed multi held at least 200 deletes (1,000 + 199 in two
-    # batches, or 199 + 1,000): each came back as a request of its own
-    sent = packets_received(ctx) - before
+
+    def delete_one():
+        ctx.kz.delete(ephemerals_under(ctx, prefix)[n // 2])
+    sent = requests_to_commit(ctx, prefix, n, 'off', delete_one)
+    # the failed multi held at least 200 deletes (1,000 + 200 in two
+    # batches): each came back as a request of its own
     ctx.figure('requests after a failed multi (%d locks)' % (n - 1), sent)
     assert sent >= 150, \
         'only %d requests: the failed multi was not split' % sent
@@ -128,15 +131,8 @@ def test_unlock_all_and_rollback_to_savepoint(ctx):
 def test_verify_many_in_few_requests(ctx):
     """The pre-commit check of 2,500 locks: a few multi "check" requests,
     not 2,500 exists."""
-    n, prefix = 2500, 'bulk-verify'
-    b = ctx.backend('bulk-verify')
-    b.query('SET zklock.verify_at_commit = on')
-    b.query('BEGIN')
-    take_many(ctx, b, MANY_X, prefix, n)
-    before = packets_received(ctx)
-    b.query('COMMIT')
-    wait_all_gone(ctx, prefix, 'nodes deleted after COMMIT')
-    sent = packets_received(ctx) - before
+    n = 2500
+    sent = requests_to_commit(ctx, 'bulk-verify', n, 'on')
     ctx.figure('requests to confirm and release %d locks at COMMIT' % n, sent)
     assert sent < 200, '%d requests to confirm and release %d locks' \
         % (sent, n)
