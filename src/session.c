@@ -1413,6 +1413,9 @@ collect_delete(const char *path)
 void
 zks_batch_begin(void)
 {
+	/* a batch left open (it cannot be, but) is sent, not kept back */
+	if (npending > 0)
+		zks_batch_end();
 	batching = true;
 }
 
