@@ -43,7 +43,13 @@ def prepare_parent(ctx, b, res):
     return parent_cversion(ctx, res)
 
 
-def release_parent(ctx, res):
+def finish_usable(ctx, b, res, timeout, what):
+    """The backend still takes the lock afterwards; then the lock parent is
+    let go (see prepare_parent)."""
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, [res, '10 seconds']), timeout, what)
+    b.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
     ctx.kz.delete(ctx.zi.parent_path(res) + '/' + KEEP)
 
 
@@ -95,12 +101,7 @@ def test_late_create_is_deleted(ctx):
     frozen_call(ctx, b, res, freeze_s=1.5)
     assert_cleaned_up(ctx, res, before, 10)
 
-    # the backend is usable afterwards
-    b.query('BEGIN')
-    token_of(b.submit(LOCK_X, [res, '10 seconds']), 10, 'lock after the freeze')
-    b.query('COMMIT')
-    ctx.zi.wait_contenders(res, 0)
-    release_parent(ctx, res)
+    finish_usable(ctx, b, res, 10, 'lock after the freeze')
 
 
 def test_lost_create_reply_is_swept(ctx):
@@ -131,11 +132,7 @@ def test_lost_create_reply_is_swept(ctx):
                 % (attempt + 1))
     assert exercised, 'in 4 attempts the server never ran the frozen create'
 
-    b.query('BEGIN')
-    token_of(b.submit(LOCK_X, [res, '10 seconds']), 15, 'lock after reconnect')
-    b.query('COMMIT')
-    ctx.zi.wait_contenders(res, 0)
-    release_parent(ctx, res)
+    finish_usable(ctx, b, res, 15, 'lock after reconnect')
 
 
 def test_timeout_bounds_the_wait_for_a_session(ctx):
