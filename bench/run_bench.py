@@ -1225,7 +1225,7 @@ def write_markdown(res, info, path, elapsed, load):
     L.append('')
     L.append('```sh')
     L.append('make bench                 # full run, ~12-15 min on 2 cores')
-    L.append('make bench QUICK=1         # ~3 min: 1 run, 2 s, N = 1, 4, 16, 20,000 memory cycles')
+    L.append('make bench QUICK=1         # ~4 min: 1 run, 2 s, N = 1, 4, 16, 20,000 memory cycles')
     L.append('make bench ZK_SERVERS=3    # a 3-server ensemble instead of standalone')
     L.append('make bench ZK_FSYNC=0      # ZooKeeper with forceSync=no, as make test')
     L.append('```')
