@@ -15,6 +15,17 @@
  *              ZooKeeper runs a session's requests in order)
  *   read       synchronous zoo_exists of PARENT: one read round trip
  *   write      synchronous zoo_set of PARENT: one write round trip
+ *   recipe     zklock's whole recipe without PostgreSQL, in RAWZK_THREADS
+ *              threads (default 1), each its own session, all on PARENT:
+ *              create and listing back to back; if a lower contender
+ *              exists, watch the immediate predecessor (zoo_awexists) and,
+ *              when it goes, list again unless it was the lowest at the
+ *              last listing; once holding, confirm the own node with
+ *              zoo_aexists unless RAWZK_CHECK=0 (zklock.verify_at_commit);
+ *              then delete without waiting and start over.  A cycle is a
+ *              grant, so with several threads cycles are handoffs.  This is
+ *              what zklock's protocol costs with nothing else in the way:
+ *              no zklock cycle can be faster.
  *
  * Node names and data mimic zklock's (Curator's protected name, a ~120
  * byte owner line), so the server does the same work.  Prints one line:
@@ -29,6 +40,7 @@
  * Build: cc -O2 -DTHREADED -I/usr/include/zookeeper rawzk.c -lzookeeper_mt
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +124,437 @@ die(const char *what, int rc)
 	exit(1);
 }
 
+/* ---- recipe mode: zklock's protocol in N threads, each its own session ---- */
+
+typedef struct Contender
+{
+	int			id;
+	const char *hosts;
+	const char *parent;
+	zhandle_t  *zh;
+	pthread_t	thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int			connected;
+	int			pending;		/* replies awaited */
+	int			failures;
+	char		created[512];	/* own node's full path */
+	char		watched[512];	/* predecessor's full path, while watched */
+	int			gone;			/* the watched predecessor went */
+	int			exists_rc;
+	char	  **kids;			/* last listing (malloc'd copies) */
+	int			nkids;
+	int			outstanding_deletes;
+} Contender;
+
+static atomic_long grants;
+static atomic_int holders;		/* more than one at a time is a bug */
+static atomic_int stopping;
+static int	check_at_commit = 1;
+
+static void
+c_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	Contender  *c = (Contender *) zoo_get_context(zh);
+
+	if (type != ZOO_SESSION_EVENT || c == NULL)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->connected = (state == ZOO_CONNECTED_STATE) ? 1 :
+		(state == ZOO_EXPIRED_SESSION_STATE ? -1 : 0);
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void
+c_done(Contender *c, int rc)
+{
+	if (rc != ZOK)
+		c->failures++;
+	c->pending--;
+	pthread_cond_broadcast(&c->cv);
+}
+
+static void
+c_create_done(int rc, const char *value, const void *data)
+{
+	Contender  *c = (Contender *) data;
+
+	pthread_mutex_lock(&c->mu);
+	if (rc == ZOK)
+		snprintf(c->created, sizeof(c->created), "%s", value);
+	c_done(c, rc);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void
+c_children_done(int rc, const struct String_vector *sv, const void *data)
+{
+	Contender  *c = (Contender *) data;
+
+	pthread_mutex_lock(&c->mu);
+	for (int i = 0; i < c->nkids; i++)
+		free(c->kids[i]);
+	free(c->kids);
+	c->kids = NULL;
+	c->nkids = 0;
+	if (rc == ZOK && sv->count > 0)
+	{
+		c->kids = malloc(sizeof(char *) * sv->count);
+		for (int i = 0; i < sv->count; i++)
+			c->kids[i] = strdup(sv->data[i]);
+		c->nkids = sv->count;
+	}
+	c_done(c, rc);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void
+c_exists_done(int rc, const struct Stat *st, const void *data)
+{
+	Contender  *c = (Contender *) data;
+
+	pthread_mutex_lock(&c->mu);
+	c->exists_rc = rc;
+	c->pending--;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void
+c_pred_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	Contender  *c = (Contender *) ctx;
+
+	pthread_mutex_lock(&c->mu);
+	if (type == ZOO_DELETED_EVENT && strcmp(path, c->watched) == 0)
+		c->gone = 1;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void
+c_delete_done(int rc, const void *data)
+{
+	Contender  *c = (Contender *) data;
+
+	pthread_mutex_lock(&c->mu);
+	if (rc != ZOK)
+		c->failures++;
+	c->outstanding_deletes--;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* wait (mutex held) until cond() or stopping; false if stopping */
+static int
+c_wait(Contender *c, int (*cond) (Contender *))
+{
+	while (!cond(c))
+	{
+		struct timespec dl;
+
+		if (atomic_load(&stopping))
+			return 0;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_nsec += 100 * 1000 * 1000;
+		if (dl.tv_nsec >= 1000000000)
+		{
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&c->cv, &c->mu, &dl);
+	}
+	return 1;
+}
+
+static int
+c_no_pending(Contender *c)
+{
+	return c->pending == 0;
+}
+
+static int
+c_pred_gone(Contender *c)
+{
+	return c->gone;
+}
+
+static int
+c_connected(Contender *c)
+{
+	return c->connected != 0;
+}
+
+static unsigned
+c_seq(const char *name)
+{
+	size_t		n = strlen(name);
+
+	return n >= 10 ? (unsigned) strtoul(name + n - 10, NULL, 10) : 0;
+}
+
+static void
+c_fail(Contender *c, const char *what)
+{
+	fprintf(stderr, "rawzk: thread %d: %s\n", c->id, what);
+	exit(1);
+}
+
+/*
+ * Choose from the last listing: the immediate predecessor (its full path
+ * into c->watched) and whether it was the lowest contender then.  Returns
+ * 0 when nothing is lower (the lock is held).
+ */
+static int
+c_predecessor(Contender *c, int *pred_was_lowest)
+{
+	unsigned	own = c_seq(c->created),
+				best = 0;
+	int			found = 0,
+				lower = 0;
+	const char *pred = NULL;
+
+	for (int i = 0; i < c->nkids; i++)
+	{
+		unsigned	s;
+
+		if (strstr(c->kids[i], "__WRIT__") == NULL)
+			continue;
+		s = c_seq(c->kids[i]);
+		if ((int) (s - own) >= 0)
+			continue;
+		lower++;
+		if (!found || (int) (s - best) > 0)
+		{
+			best = s;
+			pred = c->kids[i];
+			found = 1;
+		}
+	}
+	if (!found)
+		return 0;
+	snprintf(c->watched, sizeof(c->watched), "%s/%s", c->parent, pred);
+	*pred_was_lowest = (lower == 1);
+	return 1;
+}
+
+static void *
+c_main(void *arg)
+{
+	Contender  *c = (Contender *) arg;
+	char		prefix[512],
+				data[128];
+	int			rc,
+				holding = 0;
+
+	snprintf(prefix, sizeof(prefix),
+			 "%s/_c_3f2a6c1e-8a4b-4c7d-9e0f-%012d-__WRIT__", c->parent, c->id);
+	memset(data, 'x', sizeof(data));
+	snprintf(data, sizeof(data),
+			 "rawzk host=bench port=0 sysid=0 pid=%d db=none role=none application_name=rawzk ",
+			 (int) getpid());
+	data[120] = '\0';
+
+	pthread_mutex_lock(&c->mu);
+	while (!atomic_load(&stopping))
+	{
+		int			pred_was_lowest = 0;
+
+		/* enter: create and listing back to back */
+		c->pending = 2;
+		c->created[0] = '\0';
+		pthread_mutex_unlock(&c->mu);
+		rc = zoo_acreate(c->zh, prefix, data, strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+						 ZOO_EPHEMERAL_SEQUENTIAL, c_create_done, c);
+		if (rc == ZOK)
+			rc = zoo_aget_children(c->zh, c->parent, 0, c_children_done, c);
+		if (rc != ZOK)
+			c_fail(c, zerror(rc));
+		pthread_mutex_lock(&c->mu);
+		if (!c_wait(c, c_no_pending))
+			break;
+		if (c->failures)
+			c_fail(c, "create or listing failed");
+
+		/* wait for the turn */
+		while (c_predecessor(c, &pred_was_lowest))
+		{
+			c->gone = 0;
+			c->pending = 1;
+			pthread_mutex_unlock(&c->mu);
+			rc = zoo_awexists(c->zh, c->watched, c_pred_watcher, c,
+							  c_exists_done, c);
+			if (rc != ZOK)
+				c_fail(c, zerror(rc));
+			pthread_mutex_lock(&c->mu);
+			if (!c_wait(c, c_no_pending))
+				goto out;
+			if (c->exists_rc == ZOK)
+			{
+				if (!c_wait(c, c_pred_gone))
+					goto out;
+				/* nothing lower can appear after the lowest: no listing */
+				if (pred_was_lowest)
+					break;
+			}
+			else if (c->exists_rc != ZNONODE)
+				c_fail(c, zerror(c->exists_rc));
+			c->pending = 1;
+			pthread_mutex_unlock(&c->mu);
+			rc = zoo_aget_children(c->zh, c->parent, 0, c_children_done, c);
+			if (rc != ZOK)
+				c_fail(c, zerror(rc));
+			pthread_mutex_lock(&c->mu);
+			if (!c_wait(c, c_no_pending))
+				goto out;
+			if (c->failures)
+				c_fail(c, "listing failed");
+		}
+		c->watched[0] = '\0';
+		if (atomic_fetch_add(&holders, 1) != 0)
+			c_fail(c, "two holders at once");
+		holding = 1;
+
+		/* held: the commit-time confirmation, then release without waiting */
+		if (check_at_commit)
+		{
+			c->pending = 1;
+			pthread_mutex_unlock(&c->mu);
+			rc = zoo_aexists(c->zh, c->created, 0, c_exists_done, c);
+			if (rc != ZOK)
+				c_fail(c, zerror(rc));
+			pthread_mutex_lock(&c->mu);
+			if (!c_wait(c, c_no_pending))
+				goto out;
+			if (c->exists_rc != ZOK)
+				c_fail(c, "own node gone at the check");
+		}
+		atomic_fetch_add(&grants, 1);
+		atomic_fetch_sub(&holders, 1);	/* before the delete is sent */
+		holding = 0;
+		while (c->outstanding_deletes > 100)
+			pthread_cond_wait(&c->cv, &c->mu);
+		c->outstanding_deletes++;
+		pthread_mutex_unlock(&c->mu);
+		rc = zoo_adelete(c->zh, c->created, -1, c_delete_done, c);
+		if (rc != ZOK)
+			c_fail(c, zerror(rc));
+		pthread_mutex_lock(&c->mu);
+		c->created[0] = '\0';
+	}
+out:
+	/* stopped while waiting: give the own node up, as a cancelled waiter */
+	if (holding)
+		atomic_fetch_sub(&holders, 1);
+	if (c->created[0] != '\0')
+	{
+		c->outstanding_deletes++;
+		pthread_mutex_unlock(&c->mu);
+		(void) zoo_adelete(c->zh, c->created, -1, c_delete_done, c);
+		pthread_mutex_lock(&c->mu);
+	}
+	while (c->outstanding_deletes > 0 || c->pending > 0)
+		pthread_cond_wait(&c->cv, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+static int
+run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
+{
+	int			n = getenv("RAWZK_THREADS") ? atoi(getenv("RAWZK_THREADS")) : 1;
+	Contender  *cs;
+	long		g0,
+				g1;
+	double		t_start,
+				t_end;
+	int			failures = 0;
+
+	if (getenv("RAWZK_CHECK"))
+		check_at_commit = atoi(getenv("RAWZK_CHECK"));
+	if (n < 1 || n > 256)
+	{
+		fprintf(stderr, "rawzk: RAWZK_THREADS must be 1..256\n");
+		return 2;
+	}
+	cs = calloc(n, sizeof(Contender));
+	for (int i = 0; i < n; i++)
+	{
+		Contender  *c = &cs[i];
+		struct timespec dl;
+
+		c->id = i;
+		c->hosts = hosts;
+		c->parent = parent;
+		pthread_mutex_init(&c->mu, NULL);
+		pthread_cond_init(&c->cv, NULL);
+		c->zh = zookeeper_init(hosts, c_session_watcher, 10000, NULL, c, 0);
+		if (!c->zh)
+		{
+			perror("zookeeper_init");
+			return 1;
+		}
+		zoo_set_servers_resolution_delay(c->zh, -1);	/* as zklock does */
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 15;
+		pthread_mutex_lock(&c->mu);
+		while (!c_connected(c))
+			if (pthread_cond_timedwait(&c->cv, &c->mu, &dl) == ETIMEDOUT)
+			{
+				fprintf(stderr, "rawzk: no session with %s\n", hosts);
+				return 1;
+			}
+		pthread_mutex_unlock(&c->mu);
+		if (c->connected < 0)
+		{
+			fprintf(stderr, "rawzk: session expired at once\n");
+			return 1;
+		}
+		if (i == 0)
+		{
+			int			rc = zoo_create(c->zh, parent, "", 0, &ZOO_OPEN_ACL_UNSAFE,
+										0, NULL, 0);
+
+			if (rc != ZOK && rc != ZNODEEXISTS)
+				die("create parent", rc);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		pthread_create(&cs[i].thread, NULL, c_main, &cs[i]);
+
+	usleep((useconds_t) (warmup * 1e6));
+	g0 = atomic_load(&grants);
+	t_start = now();
+	printf("window-start\n");
+	fflush(stdout);
+	usleep((useconds_t) (seconds * 1e6));
+	g1 = atomic_load(&grants);
+	t_end = now();
+	printf("window-end\n");
+	fflush(stdout);
+	if (getenv("BENCH_SAMPLER"))
+	{
+		int			ch;
+
+		while ((ch = getchar()) != EOF && ch != '\n')
+			;
+	}
+	atomic_store(&stopping, 1);
+	for (int i = 0; i < n; i++)
+	{
+		pthread_join(cs[i].thread, NULL);
+		failures += cs[i].failures;
+		zookeeper_close(cs[i].zh);
+	}
+	if (failures)
+		die("recipe", ZSYSTEMERROR);
+	printf("mode=recipe threads=%d check=%d cycles=%ld total=%ld seconds=%.3f us_per_cycle=%.1f\n",
+		   n, check_at_commit, g1 - g0, atomic_load(&grants), t_end - t_start,
+		   g1 > g0 ? 1e6 * (t_end - t_start) / (g1 - g0) : 0.0);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -127,7 +570,7 @@ main(int argc, char **argv)
 
 	if (argc != 6)
 	{
-		fprintf(stderr, "usage: rawzk sync|pipelined|read|write HOSTS PARENT WARMUP_S SECONDS\n");
+		fprintf(stderr, "usage: rawzk sync|pipelined|read|write|recipe HOSTS PARENT WARMUP_S SECONDS\n");
 		return 2;
 	}
 	mode = argv[1];
@@ -135,8 +578,10 @@ main(int argc, char **argv)
 	parent = argv[3];
 	warmup = atof(argv[4]);
 	seconds = atof(argv[5]);
-
 	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+	if (strcmp(mode, "recipe") == 0)
+		return run_recipe(hosts, parent, warmup, seconds);
+
 	zh = zookeeper_init(hosts, watcher, 10000, NULL, NULL, 0);
 	if (!zh)
 	{
