@@ -118,6 +118,22 @@ def cpu_ns(pids):
     return total
 
 
+def cpu_stat():
+    """The machine's CPU time counters (the 'cpu' line of /proc/stat)."""
+    with open('/proc/stat') as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def steal_percent(a, b):
+    """Steal time between two cpu_stat() readings, in percent of all CPU
+    time: the share the hypervisor gave this VM's CPUs to other guests.  A
+    high figure means a contended host: every wake-up and round trip is
+    slower and noisier, whatever is measured."""
+    d = [y - x for x, y in zip(a, b)]
+    total = sum(d)
+    return 100.0 * d[7] / total if total > 0 else None
+
+
 def kv_line(text):
     """Parse the 'key=value key=value' line a peer prints."""
     line = [l for l in text.strip().splitlines() if '=' in l][-1]
@@ -167,6 +183,7 @@ class Bench:
         self.pg = None
         self.mntr_calls = 0
         self.failures = []
+        self.steal = []         # host CPU steal (%) of every measurement
         self.work = harness.make_workdir('zklock-bench-')
 
     # -- setup --------------------------------------------------------------
@@ -435,7 +452,12 @@ class Bench:
         logged and counts as missing (None), so one broken peer does not
         sink the whole bench."""
         try:
-            return self._measure(impl, clients, path)
+            s0 = cpu_stat()
+            out = self._measure(impl, clients, path)
+            st = steal_percent(s0, cpu_stat())
+            if st is not None:
+                self.steal.append(st)
+            return out
         except Exception as e:
             log('%s with %d client(s) FAILED: %s' % (impl, clients, e))
             self.failures.append('%s, %d client(s): %s' % (impl, clients,
@@ -1051,11 +1073,17 @@ def write_markdown(res, info, path, elapsed, load):
               'zk_fsync', 'zk_jvm', 'zklock_commit', 'zklock_src_modified', 'zklock_so_md5'):
         L.append('| %s | %s |' % (k, info.get(k, '?')))
     L.append('| load average at start / end | %s / %s |' % load)
+    st = res.get('steal') or {}
+    L.append('| host CPU steal during the measurements (median / max) | %s %% / %s %% |'
+             % (fmt(st.get('median'), '%.1f'), fmt(st.get('max'), '%.1f')))
     L.append('')
-    L.append('The machine is shared with other engineers\' test runs, so single runs '
-             'are noisy; compare the ratios (measured side by side) more than the '
-             'absolute numbers. PostgreSQL runs with fsync off (as `make test`); '
-             'ZooKeeper with %s.' % info['zk_fsync'])
+    L.append('The machine is a VM on a shared host, so single runs are noisy; '
+             'compare the ratios (measured side by side) more than the absolute '
+             'numbers. "Host CPU steal" is the share of CPU time the hypervisor gave '
+             'to other guests while the figures were measured (/proc/stat): above a '
+             'few percent every wake-up and round trip is slower and less regular, '
+             'and the ratios move with it. PostgreSQL runs with fsync off (as '
+             '`make test`); ZooKeeper with %s.' % info['zk_fsync'])
     L.append('')
     L.append('## Targets (issue 6)')
     L.append('')
@@ -1321,6 +1349,8 @@ def main():
     res = bench.results
     res['machine'] = info
     res['failures'] = bench.failures
+    res['steal'] = {'median': median(bench.steal),
+                    'max': max(bench.steal) if bench.steal else None}
     with open(os.path.join(BUILD, 'results.json'), 'w') as f:
         json.dump(res, f, indent=1, default=str)
     write_markdown(res, info, os.path.join(args.out, 'results.md'), elapsed,
@@ -1328,9 +1358,11 @@ def main():
     write_chart(res, info, os.path.join(args.out, 'handoffs.png'))
 
     print()
-    print('zklock bench (%s; %s ZooKeeper; %s CPUs, %s, kernel %s)'
+    print('zklock bench (%s; %s ZooKeeper; %s CPUs, %s, kernel %s; host CPU steal '
+          'median %s %%, max %s %%)'
           % ('quick' if bench.quick else 'full', info['ensemble'], info['nproc'],
-             info['memory'], info['kernel']))
+             info['memory'], info['kernel'], fmt(res['steal']['median'], '%.1f'),
+             fmt(res['steal']['max'], '%.1f')))
     print(summary_table(res))
     print()
     print('Targets (issue 6):')
