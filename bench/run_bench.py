@@ -47,7 +47,6 @@ bench/build/results.json, and prints the summary table.
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
 import re
@@ -483,17 +482,20 @@ class Bench:
 
     # -- parts --------------------------------------------------------------
 
+    # In this order within a run: what a target compares is measured back
+    # to back (the floor, zklock, the peers), so the per-run ratios see the
+    # same host; the references follow.
     UNCONTENDED = [
         ('raw-sync', 'rawzk: sync create+delete (the floor)', '/rawzk-bench'),
-        ('raw-pipelined', 'rawzk: create+children pipelined, delete not awaited', '/rawzk-bench'),
-        ('raw-recipe', 'rawzk: zklock\'s recipe with the check, no PostgreSQL', '/rawzk-bench'),
-        ('raw-read', 'rawzk: one read round trip (exists)', '/rawzk-bench'),
-        ('raw-sync-tuned', 'rawzk: sync create+delete, resolution delay -1', '/rawzk-bench'),
-        ('raw-read-tuned', 'rawzk: one read round trip, resolution delay -1', '/rawzk-bench'),
         ('zklock-off', 'zklock, verify_at_commit = off', None),
         ('zklock-on', 'zklock, verify_at_commit = on', None),
         ('curator', 'Curator InterProcessMutex', '/curator-bench/uncontended'),
         ('kazoo', 'kazoo Lock', '/kazoo-bench/uncontended'),
+        ('raw-recipe', 'rawzk: zklock\'s recipe with the check, no PostgreSQL', '/rawzk-bench'),
+        ('raw-pipelined', 'rawzk: create+children pipelined, delete not awaited', '/rawzk-bench'),
+        ('raw-read', 'rawzk: one read round trip (exists)', '/rawzk-bench'),
+        ('raw-sync-tuned', 'rawzk: sync create+delete, resolution delay -1', '/rawzk-bench'),
+        ('raw-read-tuned', 'rawzk: one read round trip, resolution delay -1', '/rawzk-bench'),
         ('advisory', 'pg_advisory_xact_lock (no network)', None),
     ]
 
@@ -816,6 +818,24 @@ def ratio(a, b):
     return a / b if a and b else None
 
 
+def paired(xs, ys):
+    """Median of the per-run ratios xs[i] / ys[i].  Each run measures the
+    implementations back to back, so a slow minute on a shared host slows
+    both sides of a ratio; the ratio of two separate medians would mix a
+    slow run of one with a fast run of the other."""
+    return median([ratio(x, y) for x, y in zip(xs, ys)])
+
+
+def u_ratio(u, a, b):
+    """Uncontended: a's time per cycle over b's, paired by run."""
+    return paired(u[a]['us'], u[b]['us'])
+
+
+def c_ratio(c, a, b, n):
+    """Contended, N clients: a's handoffs per second over b's, paired by run."""
+    return paired(c[a]['rate'][n], c[b]['rate'][n])
+
+
 def fmt(x, spec='%.1f'):
     return spec % x if x is not None else 'n/a'
 
@@ -826,24 +846,21 @@ def targets(res):
     c = res['contended']
     out = []
     if u:
-        raw = u['raw-sync']['median_us']
-        off, on = u['zklock-off']['median_us'], u['zklock-on']['median_us']
-        x = ratio(off, raw)
+        x = u_ratio(u, 'zklock-off', 'raw-sync')
         out.append(('uncontended: zklock (verify off) / raw <= 1.0', x,
                     x is not None and x <= 1.0))
-        x = ratio(on, raw)
+        x = u_ratio(u, 'zklock-on', 'raw-sync')
         out.append(('uncontended: zklock (verify on) / raw <= 1.25', x,
                     x is not None and x <= 1.25))
         for peer, name in (('curator', 'Curator'), ('kazoo', 'kazoo')):
-            x = ratio(u[peer]['median_us'], on)
+            x = u_ratio(u, peer, 'zklock-on')
             out.append(('uncontended: %s / zklock (verify on) >= 2' % name, x,
                         x is not None and x >= 2.0))
     if c and 16 in c['zklock-on']['median']:
-        z = c['zklock-on']['median'][16]
-        x = ratio(z, c['curator']['median'][16])
+        x = c_ratio(c, 'zklock-on', 'curator', 16)
         out.append(('16 clients: zklock / Curator handoffs per s >= 1.5', x,
                     x is not None and x >= 1.5))
-        x = ratio(z, c['kazoo']['median'][16])
+        x = c_ratio(c, 'zklock-on', 'kazoo', 16)
         out.append(('16 clients: zklock / kazoo handoffs per s > 1', x,
                     x is not None and x > 1.0))
     if res['herd']:
@@ -877,26 +894,23 @@ def references(res):
     c = res['contended']
     out = []
     if u:
-        off = u['zklock-off']['median_us']
         for peer, name in (('curator', 'Curator'), ('kazoo', 'kazoo')):
             out.append(('uncontended: %s / zklock (verify off)' % name,
-                        ratio(u[peer]['median_us'], off)))
+                        u_ratio(u, peer, 'zklock-off')))
             out.append(('uncontended: %s / rawzk pipelined (zklock\'s requests '
                         'without the check, no PostgreSQL)' % name,
-                        ratio(u[peer]['median_us'], u['raw-pipelined']['median_us'])))
+                        u_ratio(u, peer, 'raw-pipelined')))
             if 'raw-recipe' in u:
                 out.append(('uncontended: %s / rawzk recipe (zklock\'s requests '
                             'with the check, no PostgreSQL; target >= 2)' % name,
-                            ratio(u[peer]['median_us'], u['raw-recipe']['median_us'])))
+                            u_ratio(u, peer, 'raw-recipe')))
     if c and 16 in c['zklock-off']['median']:
         out.append(('16 clients: zklock (verify off) / Curator handoffs per s',
-                    ratio(c['zklock-off']['median'][16],
-                          c['curator']['median'][16])))
+                    c_ratio(c, 'zklock-off', 'curator', 16)))
         if 'raw-recipe' in c:
             out.append(('16 clients: rawzk recipe (verify on, no PostgreSQL) / '
                         'Curator handoffs per s (target >= 1.5)',
-                        ratio(c['raw-recipe']['median'][16],
-                              c['curator']['median'][16])))
+                        c_ratio(c, 'raw-recipe', 'curator', 16)))
     return out
 
 
@@ -931,7 +945,6 @@ def summary_table(res):
     lines = []
     u = res['uncontended']
     if u:
-        raw = u['raw-sync']['median_us']
         lines.append('Uncontended lock cycle, 1 client (median of %d runs x %d s)'
                      % (res['runs'], res['seconds']))
         lines.append('  %-50s %9s %6s %7s %9s' % ('', 'us/cycle', 'x raw', 'ZK req',
@@ -939,7 +952,7 @@ def summary_table(res):
         for key, v in u.items():
             lines.append('  %-50s %9s %6s %7s %9s' % (
                 v['label'], fmt(v['median_us']),
-                fmt(ratio(v['median_us'], raw), '%.2f'),
+                fmt(u_ratio(u, key, 'raw-sync'), '%.2f'),
                 fmt(v['median_reqs'], '%.2f'),
                 '%s/%s' % (fmt(v['median_cpu_client'], '%.0f'),
                            fmt(v['median_cpu_zk'], '%.0f'))))
@@ -957,12 +970,11 @@ def summary_table(res):
         for key, v in c.items():
             lines.append('  %-22s' % v['label'] +
                          ''.join('%9s' % fmt(v['median'][n], '%.0f') for n in ns))
-        z = c['zklock-on']['median']
         lines.append('  %-22s' % 'zklock / Curator' +
-                     ''.join('%9s' % fmt(ratio(z[n], c['curator']['median'][n]), '%.2f')
+                     ''.join('%9s' % fmt(c_ratio(c, 'zklock-on', 'curator', n), '%.2f')
                              for n in ns))
         lines.append('  %-22s' % 'zklock / kazoo' +
-                     ''.join('%9s' % fmt(ratio(z[n], c['kazoo']['median'][n]), '%.2f')
+                     ''.join('%9s' % fmt(c_ratio(c, 'zklock-on', 'kazoo', n), '%.2f')
                              for n in ns))
         lines.append('  CPU us per handoff at N=%d (client / ZooKeeper): %s' % (ns[-1], '; '.join(
             '%s %s/%s' % (v['label'], fmt(v['median_cpu_client'][ns[-1]], '%.0f'),
@@ -1061,7 +1073,9 @@ def write_markdown(res, info, path, elapsed, load):
              % (datetime.datetime.now().strftime('%Y-%m-%d %H:%M'), elapsed / 60))
     L.append('Every number is the median of %d runs (%d s measured after a warm-up '
              'of 1 s, 2 s for Curator\'s JIT); implementations are interleaved within '
-             'each run. All clients and servers run on the same machine, over loopback.'
+             'each run, and every ratio is the median of the per-run ratios (the two '
+             'sides of a ratio are measured minutes apart at most, on the same host '
+             'load). All clients and servers run on the same machine, over loopback.'
              % (res['runs'], res['seconds']))
     L.append('')
     L.append('## Machine')
@@ -1111,7 +1125,6 @@ def write_markdown(res, info, path, elapsed, load):
         for name, value in refs:
             L.append('| %s | %s |' % (name, fmt(value, '%.2f')))
     if u:
-        raw = u['raw-sync']['median_us']
         L.append('')
         L.append('## Uncontended lock cycle (1 client)')
         L.append('')
@@ -1134,7 +1147,7 @@ def write_markdown(res, info, path, elapsed, load):
         L.append('|---|---:|---:|---:|---:|---:|---|')
         for key, v in u.items():
             L.append('| %s | %s | %s | %s | %s | %s | %s |' % (
-                v['label'], fmt(v['median_us']), fmt(ratio(v['median_us'], raw), '%.2f'),
+                v['label'], fmt(v['median_us']), fmt(u_ratio(u, key, 'raw-sync'), '%.2f'),
                 fmt(v['median_reqs'], '%.2f'), fmt(v['median_cpu_client'], '%.0f'),
                 fmt(v['median_cpu_zk'], '%.0f'),
                 ', '.join(fmt(x, '%.0f') for x in v['us'])))
@@ -1164,10 +1177,9 @@ def write_markdown(res, info, path, elapsed, load):
         for key, v in c.items():
             L.append('| %s | ' % v['label'] +
                      ' | '.join(fmt(v['median'][n], '%.0f') for n in ns) + ' |')
-        z = c['zklock-on']['median']
         for peer in ('curator', 'kazoo'):
             L.append('| zklock (verify on) / %s | ' % c[peer]['label'] +
-                     ' | '.join(fmt(ratio(z[n], c[peer]['median'][n]), '%.2f') for n in ns)
+                     ' | '.join(fmt(c_ratio(c, 'zklock-on', peer, n), '%.2f') for n in ns)
                      + ' |')
         L.append('')
         L.append('ZooKeeper requests per handoff (all clients):')
