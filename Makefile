@@ -65,8 +65,8 @@ fuzz:
 # bench/rawzk.c and bench/CuratorBench.java, starts its own ZooKeeper and
 # PostgreSQL, measures zklock, a raw C client, Curator, kazoo and
 # pg_advisory_xact_lock side by side, prints a table of medians and writes
-# bench/results.md and bench/handoffs.png.  ~12-15 min on 2 cores;
-# `make bench QUICK=1` ~4 min; ZK_SERVERS=3 for a 3-server ensemble;
+# bench/results.md and bench/handoffs.png.  ~14 min on 2 cores;
+# `make bench QUICK=1` ~5 min; ZK_SERVERS=3 for a 3-server ensemble;
 # ZooKeeper fsyncs (forceSync=yes) unless ZK_FSYNC=0.
 .PHONY: bench
 bench:

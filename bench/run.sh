@@ -4,8 +4,8 @@
 # then run bench/run_bench.py, which starts its own ZooKeeper and PostgreSQL,
 # prints the table and writes bench/results.md and bench/handoffs.png.
 #
-#   make bench                  full run (~12-15 min on 2 cores)
-#   make bench QUICK=1          ~4 min
+#   make bench                  full run (~14 min on 2 cores)
+#   make bench QUICK=1          ~5 min
 #   make bench ZK_SERVERS=3     3-server ensemble (default: standalone)
 #   make bench ZK_FSYNC=0       ZooKeeper with forceSync=no (default: yes)
 #   BENCH_RUNS=5 BENCH_SECONDS=6 make bench
