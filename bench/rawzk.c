@@ -24,8 +24,11 @@
  *              zoo_aexists unless RAWZK_CHECK=0 (zklock.verify_at_commit);
  *              then delete without waiting and start over.  A cycle is a
  *              grant, so with several threads cycles are handoffs.  This is
- *              what zklock's protocol costs with nothing else in the way:
- *              no zklock cycle can be faster.
+ *              what zklock's protocol costs with nothing else in the way;
+ *              for a handoff no zklock can be faster (its critical path
+ *              runs through PostgreSQL), while a single client's cycle can
+ *              match it (PostgreSQL's statements overlap the delete's fsync
+ *              that this loop's next create waits for).
  *
  * Node names and data mimic zklock's (Curator's protected name, a ~120
  * byte owner line), so the server does the same work.  Prints one line:
