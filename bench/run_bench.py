@@ -117,6 +117,18 @@ def cpu_ns(pids):
     return total
 
 
+def reap(proc, f):
+    """Make sure proc has ended (kill it if it still runs, as after an
+    error or a timeout) and return what it wrote to f, closing f."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    f.seek(0)
+    text = f.read()
+    f.close()
+    return text
+
+
 def cpu_stat():
     """The machine's CPU time counters (the 'cpu' line of /proc/stat)."""
     with open('/proc/stat') as f:
@@ -359,12 +371,7 @@ class Bench:
                     break
             proc.wait(timeout=60)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        out_f.seek(0)
-        stdout = out_f.read()
-        out_f.close()
+            stdout = reap(proc, out_f)
         if proc.returncode != 0:
             raise RuntimeError('pgbench failed (status %d):\n%s%s'
                                % (proc.returncode, stdout, ''.join(err)))
@@ -427,12 +434,7 @@ class Bench:
             proc.wait()
         finally:
             timer.cancel()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        err_f.seek(0)
-        stderr = err_f.read()
-        err_f.close()
+            stderr = reap(proc, err_f)
         if proc.returncode != 0:
             raise RuntimeError('%s failed (status %d):\n%s%s'
                                % (' '.join(cmd), proc.returncode, ''.join(lines), stderr))
@@ -1076,6 +1078,14 @@ plot "%(dat)s" using 1:2 with linespoints lw 2 pt 7 title "zklock (pgbench, veri
     return True
 
 
+def n_table(ns, rows):
+    """Markdown lines of a table with one column per N; rows are
+    (label, [cell for each N])."""
+    return (['| N | ' + ' | '.join(str(n) for n in ns) + ' |',
+             '|---|' + '---:|' * len(ns)] +
+            ['| %s | %s |' % (label, ' | '.join(cells)) for label, cells in rows])
+
+
 def write_markdown(res, info, path, elapsed, load):
     u, c, h, m, mem = (res['uncontended'], res['contended'], res['herd'],
                        res['many'], res['memory'])
@@ -1190,32 +1200,23 @@ def write_markdown(res, info, path, elapsed, load):
         L.append('')
         L.append('![handoffs per second](handoffs.png)')
         L.append('')
-        L.append('| N | ' + ' | '.join(str(n) for n in ns) + ' |')
-        L.append('|---|' + '---:|' * len(ns))
-        for key, v in c.items():
-            L.append('| %s | ' % v['label'] +
-                     ' | '.join(fmt(v['median'][n], '%.0f') for n in ns) + ' |')
-        for peer in ('curator', 'kazoo'):
-            L.append('| zklock (verify on) / %s | ' % c[peer]['label'] +
-                     ' | '.join(fmt(c_ratio(c, 'zklock-on', peer, n), '%.2f') for n in ns)
-                     + ' |')
+        L += n_table(ns, [(v['label'], [fmt(v['median'][n], '%.0f') for n in ns])
+                          for v in c.values()] +
+                     [('zklock (verify on) / %s' % c[peer]['label'],
+                       [fmt(c_ratio(c, 'zklock-on', peer, n), '%.2f') for n in ns])
+                      for peer in ('curator', 'kazoo')])
         L.append('')
         L.append('ZooKeeper requests per handoff (all clients):')
         L.append('')
-        L.append('| N | ' + ' | '.join(str(n) for n in ns) + ' |')
-        L.append('|---|' + '---:|' * len(ns))
-        for key, v in c.items():
-            L.append('| %s | ' % v['label'] +
-                     ' | '.join(fmt(v['median_reqs'][n], '%.2f') for n in ns) + ' |')
+        L += n_table(ns, [(v['label'], [fmt(v['median_reqs'][n], '%.2f') for n in ns])
+                          for v in c.values()])
         L.append('')
         L.append('CPU per handoff, client side / ZooKeeper (µs; see the uncontended section):')
         L.append('')
-        L.append('| N | ' + ' | '.join(str(n) for n in ns) + ' |')
-        L.append('|---|' + '---:|' * len(ns))
-        for key, v in c.items():
-            L.append('| %s | ' % v['label'] + ' | '.join(
-                '%s / %s' % (fmt(v['median_cpu_client'][n], '%.0f'),
-                             fmt(v['median_cpu_zk'][n], '%.0f')) for n in ns) + ' |')
+        L += n_table(ns, [(v['label'], ['%s / %s' % (fmt(v['median_cpu_client'][n], '%.0f'),
+                                                     fmt(v['median_cpu_zk'][n], '%.0f'))
+                                        for n in ns])
+                          for v in c.values()])
         L.append('')
         L.append('<details><summary>every run</summary>')
         L.append('')
