@@ -3,7 +3,7 @@
 EXTENSION = zklock
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" zklock.control)
 MODULE_big = zklock
-OBJS = src/zklock.o src/session.o src/recipe.o src/locktable.o src/inspect.o src/functions.o
+OBJS = src/zklock.o src/auth.o src/session.o src/recipe.o src/locktable.o src/inspect.o src/functions.o
 # every install and update script: sql/zklock--<v>.sql, sql/zklock--<a>--<b>.sql
 DATA = $(wildcard sql/zklock--*.sql)
 
@@ -12,6 +12,8 @@ DATA = $(wildcard sql/zklock--*.sql)
 REGRESS = zklock_basic zklock_scopes zklock_input zklock_guc
 
 PG_CPPFLAGS = -DTHREADED -I/usr/include/zookeeper -Isrc
+# a local variable changed inside PG_TRY and read after it must be volatile
+PG_CFLAGS = -Wclobbered -Werror=clobbered
 SHLIB_LINK = -lzookeeper_mt -lpthread
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config

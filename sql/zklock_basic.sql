@@ -56,10 +56,12 @@ SELECT zk_try_lock_exclusive('own') AS try_exclusive,
 SELECT resource, mode, count FROM zk_locks ORDER BY mode;
 COMMIT;
 
+-- shared asked while holding exclusive rides on the exclusive node: no
+-- second node that could sort behind a foreign waiter
 BEGIN;
 SELECT zk_try_lock_exclusive('own2') AS exclusive_first;
 SELECT zk_try_lock_shared('own2') AS then_shared;
-SELECT count(DISTINCT node) AS nodes FROM zk_locks;
+SELECT count(DISTINCT node) AS nodes, count(*) AS entries FROM zk_locks;
 ROLLBACK;
 SELECT count(*) AS held_after_rollback FROM zk_locks;
 

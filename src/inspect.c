@@ -34,25 +34,47 @@ is_zklock_node(const ZkqEntry *e)
 }
 
 /*
- * Is entry i granted?  Exclusive: nothing ahead of it; shared: no
+ * Mark the granted entries.  Exclusive: nothing ahead of it; shared: no
  * exclusive ahead.  As in the recipe, a zklock backend's own nodes (same
  * session, both zklock's) never conflict; nodes of other clients are
  * judged by order alone, since one session may serve many of their
- * threads.
+ * threads.  One pass: what is ahead of entry i is summed up by whether
+ * every node (every exclusive node) ahead is a zklock node of one single
+ * session, and which.
  */
-static bool
-is_holding(const ZkqEntry *q, int i)
+static void
+mark_holding(ZkqEntry *q, int n)
 {
-	for (int j = 0; j < i; j++)
+	bool		all_one = true;		/* every node ahead: zklock, one session */
+	int64		all_session = 0;
+	int			nexcl = 0;			/* exclusive nodes ahead */
+	bool		excl_one = true;	/* ... all zklock, of one session */
+	int64		excl_session = 0;
+
+	for (int i = 0; i < n; i++)
 	{
-		if (q[i].mode == ZKR_MODE_SHARED && q[j].mode != ZKR_MODE_EXCLUSIVE)
-			continue;
-		if (q[j].session_id == q[i].session_id &&
-			is_zklock_node(&q[i]) && is_zklock_node(&q[j]))
-			continue;
-		return false;
+		bool		zk = is_zklock_node(&q[i]);
+		int64		sid = q[i].session_id;
+
+		if (q[i].mode == ZKR_MODE_EXCLUSIVE)
+			q[i].holding = (i == 0) ||
+				(zk && all_one && all_session == sid);
+		else
+			q[i].holding = (nexcl == 0) ||
+				(zk && excl_one && excl_session == sid);
+
+		/* fold entry i into what lies ahead of i + 1 */
+		if (!zk || (i > 0 && all_session != sid))
+			all_one = false;
+		all_session = sid;
+		if (q[i].mode == ZKR_MODE_EXCLUSIVE)
+		{
+			if (!zk || (nexcl > 0 && excl_session != sid))
+				excl_one = false;
+			excl_session = sid;
+			nexcl++;
+		}
 	}
-	return true;
 }
 
 typedef struct QueueReads
@@ -81,7 +103,7 @@ read_failed(const char *parent, ZksRc rc)
 			(errcode(rc == ZKS_NOAUTH ? ERRCODE_INSUFFICIENT_PRIVILEGE :
 					 ERRCODE_CONNECTION_FAILURE),
 			 errmsg("could not read the zklock queue \"%s\"", parent),
-			 errdetail("%s.", zks_rc_text(rc))));
+			 zks_errdetail(rc)));
 }
 
 ZkqEntry *
@@ -151,8 +173,7 @@ zkq_queue(const char *relpath, int *n)
 	}
 	PG_END_TRY();
 
-	for (int i = 0; i < k; i++)
-		q[i].holding = is_holding(q, i);
+	mark_holding(q, k);
 	*n = k;
 	return q;
 }

@@ -37,6 +37,7 @@
 #include "miscadmin.h"
 #include "postmaster/postmaster.h"
 #include "storage/proc.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -66,6 +67,16 @@ typedef enum ZklLost
 	ZKL_LOST_DELETED			/* the node was deleted (or replaced) */
 } ZklLost;
 
+/*
+ * Transaction-level holds taken in one subtransaction: a count, so that a
+ * re-entrant call in a loop costs no memory.
+ */
+typedef struct XactHold
+{
+	SubTransactionId subid;
+	int			count;
+} XactHold;
+
 typedef struct ZklLock
 {
 	ZklLockKey	key;			/* hash key: must be first */
@@ -80,9 +91,21 @@ typedef struct ZklLock
 	ZklLost		lost;
 	TimestampTz since;
 	int			session_count;
-	int			xact_count;		/* == number of entries in xact_subids */
-	int			xact_cap;
-	SubTransactionId *xact_subids;	/* subtransaction of each xact hold */
+	int			xact_count;		/* sum of the counts in xact_holds */
+	int			nholds;			/* entries in xact_holds ... */
+	int			holds_cap;		/* ... and room for them */
+	XactHold   *xact_holds;		/* per subtransaction, oldest first */
+
+	/*
+	 * A shared lock asked while this backend holds the exclusive one is
+	 * granted on the exclusive node at once (a node of its own would sort
+	 * behind foreign waiters that wait for our exclusive node: a deadlock).
+	 * Its entry then borrows the exclusive entry's node; when the exclusive
+	 * holds go first, the node is handed over and stays until the last
+	 * shared hold goes.  node_mode is the mode the node was created for.
+	 */
+	bool		borrowed;		/* node belongs to the other mode's entry */
+	ZkrMode		node_mode;
 } ZklLock;
 
 /* One acquisition in progress; everything PG_CATCH must undo. */
@@ -118,6 +141,11 @@ static HTAB *lock_table = NULL;
 static uint64 n_grants = 0;
 static uint64 n_waits = 0;
 static uint64 n_lost = 0;
+
+static void zkl_xact_callback(XactEvent event, void *arg);
+
+/* Longest timeout taken as such (100 years); beyond it, none. */
+#define MAX_TIMEOUT_MS (INT64CONST(100) * 366 * 24 * 3600 * 1000)
 
 /* How often a create is retried when its parent keeps vanishing. */
 #define MAX_CREATE_TRIES 10
@@ -184,19 +212,38 @@ add_hold(ZklLock *lock, ZklScope scope)
 		lock->session_count++;
 		return;
 	}
-	if (lock->xact_count == lock->xact_cap)
+	if (lock->nholds > 0 &&
+		lock->xact_holds[lock->nholds - 1].subid == GetCurrentSubTransactionId())
 	{
-		int			newcap = Max(4, lock->xact_cap * 2);
-
-		if (lock->xact_subids == NULL)
-			lock->xact_subids = MemoryContextAlloc(TopMemoryContext,
-												   newcap * sizeof(SubTransactionId));
-		else
-			lock->xact_subids = repalloc(lock->xact_subids,
-										 newcap * sizeof(SubTransactionId));
-		lock->xact_cap = newcap;
+		lock->xact_holds[lock->nholds - 1].count++;
+		lock->xact_count++;
+		return;
 	}
-	lock->xact_subids[lock->xact_count++] = GetCurrentSubTransactionId();
+	if (lock->nholds == lock->holds_cap)
+	{
+		int			newcap = Max(4, lock->holds_cap * 2);
+
+		if (lock->xact_holds == NULL)
+			lock->xact_holds = MemoryContextAlloc(TopMemoryContext,
+												  newcap * sizeof(XactHold));
+		else
+			lock->xact_holds = repalloc(lock->xact_holds,
+										newcap * sizeof(XactHold));
+		lock->holds_cap = newcap;
+	}
+	lock->xact_holds[lock->nholds].subid = GetCurrentSubTransactionId();
+	lock->xact_holds[lock->nholds].count = 1;
+	lock->nholds++;
+	lock->xact_count++;
+}
+
+/* The entry of the other mode on the same resource, if any. */
+static ZklLock *
+other_mode_lock(ZklLock *lock)
+{
+	return find_lock(lock->key.resource,
+					 lock->key.mode == ZKR_MODE_EXCLUSIVE ?
+					 ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
 }
 
 /*
@@ -208,14 +255,29 @@ release_if_unused(ZklLock *lock)
 {
 	char	   *resource;
 
+	ZklLock    *other;
+
 	if (lock->session_count > 0 || lock->xact_count > 0)
 		return;
 
 	/*
+	 * A node shared by both modes' entries goes with the last of them: a
+	 * borrower just leaves, an owner with a borrower hands the node over.
+	 * (Only the entry at hand is removed: release_xact_holds scans the
+	 * table, and the scan allows that alone.)
+	 */
+	other = lock->borrowed ? NULL : other_mode_lock(lock);
+	if (other != NULL && other->borrowed)
+	{
+		other->borrowed = false;
+		other->sweep = lock->sweep;
+	}
+	/*
 	 * A node of a session that is gone went with it; a node found deleted
 	 * or replaced is not ours to delete.
 	 */
-	if (lock->session_id == zks_session_id() && lock->lost == ZKL_LOST_NONE)
+	else if (!lock->borrowed &&
+			 lock->session_id == zks_session_id() && lock->lost == ZKL_LOST_NONE)
 	{
 		zks_delete_async(lock->node);
 		if (lock->sweep)
@@ -224,8 +286,8 @@ release_if_unused(ZklLock *lock)
 	pfree(lock->parent);
 	pfree(lock->node);
 	pfree(lock->prefix);
-	if (lock->xact_subids)
-		pfree(lock->xact_subids);
+	if (lock->xact_holds)
+		pfree(lock->xact_holds);
 	resource = (char *) lock->key.resource;
 	hash_search(lock_table, &lock->key, HASH_REMOVE, NULL);
 	pfree(resource);
@@ -242,6 +304,7 @@ release_xact_holds(void)
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{
 		lock->xact_count = 0;
+		lock->nholds = 0;
 		release_if_unused(lock);
 	}
 	zks_batch_end();
@@ -279,6 +342,7 @@ typedef struct CheckRound
 	int			n;
 	ZksRequest **multis;		/* check_by_multi's requests */
 	int			nmultis;
+	ZksRequest *sync;			/* the sync in front of the exists */
 } CheckRound;
 
 /*
@@ -300,6 +364,8 @@ end_round(CheckRound *r)
 	for (int i = 0; i < r->nmultis; i++)
 		zks_done(r->multis[i]);
 	r->nmultis = 0;
+	zks_done(r->sync);
+	r->sync = NULL;
 }
 
 /*
@@ -361,22 +427,23 @@ check_by_multi(CheckRound *r, TimestampTz deadline)
 }
 
 /*
- * One round: an exists per unconfirmed node, all sent back to back.
- * Returns false if the round must be repeated after a reconnect, and sets
- * *timedout if the deadline passed (or an error came that asking again
- * would not cure).
+ * One round: an exists per unconfirmed node, all sent back to back behind
+ * a sync.  Returns false if the round must be repeated after a reconnect,
+ * and sets *failure (ZKS_TIMEDOUT if the deadline passed, or an error
+ * that asking again would not cure) if it must not.
  *
- * No "sync" first.  It doubled the cost of the check, and it is not what
- * makes the check safe: a backend that was frozen or cut off past the
- * session timeout has also missed libzookeeper's receive deadline (2/3 of
- * it), so the library drops that connection before anything is answered
- * on it, and the reconnect is validated by the leader, which reports the
- * session expired.  A lagging server can only miss another client's
- * delete of our node that is a few milliseconds old, which no check can
- * tell from a delete that comes just after it.
+ * The sync: the server we are connected to may be a follower cut off from
+ * the leader, which keeps answering reads from its own copy until it gives
+ * up on the leader (syncLimit x tickTime, which can be longer than our
+ * session timeout).  Meanwhile the leader may have expired our session and
+ * granted the lock to someone else.  A sync makes the server catch up with
+ * the leader before it answers the reads queued behind it (a session's
+ * requests run in order), and a follower that cannot reach the leader
+ * cannot complete it: the check then waits, and fails closed.  So a loss
+ * the leader knew of when the sync reached it fails the commit.
  */
 static bool
-check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
+check_round(CheckRound *r, TimestampTz deadline, ZksRc *failure)
 {
 	int64		sid = zks_session_id();
 	bool		complete = true;
@@ -388,10 +455,11 @@ check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
 			unconfirmed++;
 	if (unconfirmed >= MULTI_CHECK_MIN)
 	{
+		/* multi requests are writes: the leader itself answers them */
 		rc = check_by_multi(r, deadline);
 		if (rc == ZKS_TIMEDOUT)
 		{
-			*timedout = true;
+			*failure = ZKS_TIMEDOUT;
 			return false;
 		}
 		if (rc == ZKS_CONNECTION_LOSS)
@@ -408,9 +476,36 @@ check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
 		}
 	}
 
+	unconfirmed = 0;
+	for (int i = 0; i < r->n; i++)
+		if (!r->checks[i].done)
+			unconfirmed++;
+	if (unconfirmed == 0)
+		return true;
+
+	r->sync = zks_send_sync(zklock_root);
 	for (int i = 0; i < r->n; i++)
 		if (!r->checks[i].done)
 			r->checks[i].req = zks_send_exists(r->checks[i].lock->node, false);
+
+	rc = zks_wait(r->sync, deadline);
+	if (rc == ZKS_CONNECTION_LOSS)
+		return false;
+	if (rc == ZKS_SESSION_EXPIRED)
+	{
+		for (int i = 0; i < r->n; i++)
+			if (!r->checks[i].done)
+			{
+				mark_lost(r->checks[i].lock, ZKL_LOST_SESSION);
+				r->checks[i].done = true;
+			}
+		return true;
+	}
+	if (rc != ZKS_OK)
+	{
+		*failure = rc;
+		return false;
+	}
 
 	for (int i = 0; i < r->n; i++)
 	{
@@ -441,7 +536,7 @@ check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
 				break;
 			default:
 				/* timed out, or an error asking again would not cure */
-				*timedout = true;
+				*failure = rc;
 				return false;
 		}
 	}
@@ -452,21 +547,23 @@ check_round(CheckRound *r, TimestampTz deadline, bool *timedout)
  * Confirm with the ensemble that every held node still exists, belongs to
  * this session and is the node we were granted; mark the others lost.
  * While the connection is down, wait for it until deadline (if
- * wait_for_connection).  Returns false if the answer could not be had in
- * time: nothing is confirmed then, and a caller about to commit must fail.
+ * wait_for_connection).  Returns ZKS_OK if every node was judged, or what
+ * kept the answer from coming (ZKS_TIMEDOUT: not in time): nothing is
+ * confirmed then, and a caller about to commit must fail.
  */
-static bool
+static ZksRc
 confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
 {
 	HASH_SEQ_STATUS status;
 	ZklLock    *lock;
 	CheckRound	r;
-	bool		confirmed = false;
+	volatile ZksRc result = ZKS_TIMEDOUT;
 
 	r.checks = palloc0(sizeof(NodeCheck) * (hash_get_num_entries(lock_table) + 1));
 	r.n = 0;
 	r.multis = NULL;
 	r.nmultis = 0;
+	r.sync = NULL;
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{
@@ -474,36 +571,47 @@ confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
 		if (lock->lost == ZKL_LOST_NONE)
 			r.checks[r.n++].lock = lock;
 	}
-	if (r.n == 0 || (!wait_for_connection && !zks_is_connected()))
+	if (r.n == 0)
 	{
 		pfree(r.checks);
-		return r.n == 0;
+		return ZKS_OK;
+	}
+	if (!wait_for_connection && !zks_is_connected())
+	{
+		pfree(r.checks);
+		return ZKS_CONNECTION_LOSS;
 	}
 
 	PG_TRY();
 	{
 		for (;;)
 		{
-			bool		timedout = false;
+			ZksRc		failure = ZKS_OK;
 			ZksRc		rc = zks_await_connection(deadline);
 
 			if (rc == ZKS_SESSION_EXPIRED || rc == ZKS_NOAUTH)
 			{
 				for (int i = 0; i < r.n; i++)
 					mark_lost(r.checks[i].lock, ZKL_LOST_SESSION);
-				confirmed = true;
+				result = ZKS_OK;
 				break;
 			}
 			if (rc != ZKS_OK)
-				break;
-			if (check_round(&r, deadline, &timedout))
 			{
-				confirmed = true;
+				result = rc;
+				break;
+			}
+			if (check_round(&r, deadline, &failure))
+			{
+				result = ZKS_OK;
 				break;
 			}
 			end_round(&r);
-			if (timedout)
+			if (failure != ZKS_OK)
+			{
+				result = failure;
 				break;
+			}
 		}
 	}
 	PG_FINALLY();
@@ -512,13 +620,15 @@ confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
 	}
 	PG_END_TRY();
 	pfree(r.checks);
-	return confirmed;
+	return result;
 }
 
 static void
 lost_error(ZklLock *lock)
 {
 	bool		session_scope = lock->session_count > 0;
+	const char *unlock_fn = lock->key.mode == ZKR_MODE_SHARED ?
+		"zk_unlock_shared" : "zk_unlock";
 
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -530,27 +640,27 @@ lost_error(ZklLock *lock)
 			 errdetail("Node \"%s\" was deleted from ZooKeeper while the lock was held.",
 					   lock->node),
 			 session_scope ?
-			 errhint("Acknowledge the loss with zk_unlock('%s') or zk_unlock_all(); until then every commit of this session fails.",
-					 lock->key.resource) :
+			 errhint("Acknowledge the loss with %s(%s) or zk_unlock_all(); until then every commit of this session fails.",
+					 unlock_fn, quote_literal_cstr(lock->key.resource)) :
 			 errhint("The transaction cannot commit: another holder may have run meanwhile.")));
 }
 
 /*
- * Before COMMIT: a transaction that relied on a lock that is gone must not
- * commit.  Known losses fail at once; with zklock.verify_at_commit, every
- * held node is confirmed with the ensemble first (one round trip), waiting
- * through a suspended connection at most one session timeout, and failing
- * closed if no answer comes.
+ * Before COMMIT or PREPARE TRANSACTION: a transaction that relied on a
+ * lock that is gone must not commit.  Known losses fail at once; with
+ * zklock.verify_at_commit, every held node is confirmed with the ensemble
+ * first (one round trip), waiting through a suspended connection at most
+ * one session timeout, and failing closed if no answer comes.
  */
 static void
 verify_before_commit(void)
 {
 	HASH_SEQ_STATUS status;
 	ZklLock    *lock;
-	bool		confirmed = true;
+	ZksRc		rc = ZKS_OK;
 
 	if (zklock_verify_at_commit)
-		confirmed = confirm_held_nodes(
+		rc = confirm_held_nodes(
 			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										zks_negotiated_timeout()), true);
 
@@ -564,13 +674,36 @@ verify_before_commit(void)
 			lost_error(lock);
 		}
 	}
-	if (!confirmed)
+	if (rc == ZKS_TIMEDOUT)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not confirm zklock locks with ZooKeeper before commit"),
 				 errdetail("No server of \"%s\" answered within the session timeout (%d ms); the locks may be lost.",
 						   zklock_hosts, zks_negotiated_timeout()),
 				 errhint("Set \"zklock.verify_at_commit\" to off to commit without this check.")));
+	if (rc != ZKS_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not confirm zklock locks with ZooKeeper before commit"),
+				 zks_errdetail(rc),
+				 errhint("Set \"zklock.verify_at_commit\" to off to commit without this check.")));
+}
+
+/*
+ * PostgreSQL calls transaction callbacks most recently registered first.
+ * An extension that registers its own later (postgres_fdw does, at its
+ * first remote connection) would commit its remote work before zklock has
+ * confirmed its locks.  So while this backend holds locks, zklock
+ * registers again after each statement (and at each lock), which puts its
+ * callbacks in front.  Unregistering frees only our own list item.
+ */
+void
+zkl_callbacks_first(void)
+{
+	if (!have_locks())
+		return;
+	UnregisterXactCallback(zkl_xact_callback, NULL);
+	RegisterXactCallback(zkl_xact_callback, NULL);
 }
 
 static void
@@ -603,6 +736,8 @@ zkl_xact_callback(XactEvent event, void *arg)
 								 errhint("Use a session-level lock (zk_session_lock_exclusive) and release it after COMMIT PREPARED.")));
 					}
 				}
+				/* a lost session-level lock must not commit through 2PC */
+				verify_before_commit();
 				break;
 			}
 		case XACT_EVENT_COMMIT:
@@ -635,19 +770,24 @@ zkl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	{
 		int			kept = 0;
 
-		for (int i = 0; i < lock->xact_count; i++)
+		lock->xact_count = 0;
+		for (int i = 0; i < lock->nholds; i++)
 		{
-			SubTransactionId s = lock->xact_subids[i];
+			XactHold	h = lock->xact_holds[i];
 
-			if (s == mySubid)
+			if (h.subid == mySubid)
 			{
 				if (event == SUBXACT_EVENT_ABORT_SUB)
-					continue;	/* ROLLBACK TO: this hold goes */
-				s = parentSubid;	/* RELEASE: the parent keeps it */
+					continue;	/* ROLLBACK TO: these holds go */
+				h.subid = parentSubid;	/* RELEASE: the parent keeps them */
 			}
-			lock->xact_subids[kept++] = s;
+			if (kept > 0 && lock->xact_holds[kept - 1].subid == h.subid)
+				lock->xact_holds[kept - 1].count += h.count;
+			else
+				lock->xact_holds[kept++] = h;
+			lock->xact_count += h.count;
 		}
-		lock->xact_count = kept;
+		lock->nholds = kept;
 		release_if_unused(lock);
 	}
 	zks_batch_end();
@@ -738,23 +878,98 @@ timeout_error(Attempt *a)
 					   (long long) a->deadline_ms)));
 }
 
-static void
-zk_failure(Attempt *a, const char *what, ZksRc rc)
+/* What an attempt asked ZooKeeper for, to name it in an error. */
+typedef enum ZklOp
 {
+	OP_CREATE_PARENT,
+	OP_CREATE_NODE,
+	OP_LIST,
+	OP_WATCH
+} ZklOp;
+
+/* ERROR for a request ZooKeeper refused (whole messages, for translation) */
+static void
+zk_failure(Attempt *a, ZklOp op, ZksRc rc)
+{
+	int			code;
+
 	if (rc == ZKS_NOAUTH)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("ZooKeeper refused to %s \"%s\" for zklock on \"%s\"",
-						what, a->parent, a->resource),
-				 errdetail("The node's ACL belongs to another identity."),
-				 errhint("Check \"zklock.auth\" against the identity that created \"%s\".",
-						 a->parent)));
-	ereport(ERROR,
-			(errcode(rc == ZKS_SESSION_EXPIRED || rc == ZKS_CONNECTION_LOSS ?
-					 ERRCODE_CONNECTION_FAILURE : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-			 errmsg("could not %s \"%s\" for zklock on \"%s\"",
-					what, a->parent, a->resource),
-			 errdetail("%s.", zks_rc_text(rc))));
+	{
+		code = ERRCODE_INSUFFICIENT_PRIVILEGE;
+		switch (op)
+		{
+			case OP_CREATE_PARENT:
+				ereport(ERROR,
+						(errcode(code),
+						 errmsg("ZooKeeper refused to create lock parent \"%s\" for zklock on \"%s\"",
+								a->parent, a->resource),
+						 errdetail("The node's ACL belongs to another identity."),
+						 errhint("Check the identity in \"zklock.auth_file\" against the one that created \"%s\".",
+								 a->parent)));
+				break;
+			case OP_CREATE_NODE:
+				ereport(ERROR,
+						(errcode(code),
+						 errmsg("ZooKeeper refused to create a node under \"%s\" for zklock on \"%s\"",
+								a->parent, a->resource),
+						 errdetail("The node's ACL belongs to another identity."),
+						 errhint("Check the identity in \"zklock.auth_file\" against the one that created \"%s\".",
+								 a->parent)));
+				break;
+			case OP_LIST:
+				ereport(ERROR,
+						(errcode(code),
+						 errmsg("ZooKeeper refused to list \"%s\" for zklock on \"%s\"",
+								a->parent, a->resource),
+						 errdetail("The node's ACL belongs to another identity."),
+						 errhint("Check the identity in \"zklock.auth_file\" against the one that created \"%s\".",
+								 a->parent)));
+				break;
+			case OP_WATCH:
+				ereport(ERROR,
+						(errcode(code),
+						 errmsg("ZooKeeper refused to watch a contender under \"%s\" for zklock on \"%s\"",
+								a->parent, a->resource),
+						 errdetail("The node's ACL belongs to another identity."),
+						 errhint("Check the identity in \"zklock.auth_file\" against the one that created \"%s\".",
+								 a->parent)));
+				break;
+		}
+	}
+
+	code = (rc == ZKS_SESSION_EXPIRED || rc == ZKS_CONNECTION_LOSS) ?
+		ERRCODE_CONNECTION_FAILURE : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION;
+	switch (op)
+	{
+		case OP_CREATE_PARENT:
+			ereport(ERROR,
+					(errcode(code),
+					 errmsg("could not create lock parent \"%s\" for zklock on \"%s\"",
+							a->parent, a->resource),
+					 zks_errdetail(rc)));
+			break;
+		case OP_CREATE_NODE:
+			ereport(ERROR,
+					(errcode(code),
+					 errmsg("could not create a node under \"%s\" for zklock on \"%s\"",
+							a->parent, a->resource),
+					 zks_errdetail(rc)));
+			break;
+		case OP_LIST:
+			ereport(ERROR,
+					(errcode(code),
+					 errmsg("could not list \"%s\" for zklock on \"%s\"",
+							a->parent, a->resource),
+					 zks_errdetail(rc)));
+			break;
+		case OP_WATCH:
+			ereport(ERROR,
+					(errcode(code),
+					 errmsg("could not watch a contender under \"%s\" for zklock on \"%s\"",
+							a->parent, a->resource),
+					 zks_errdetail(rc)));
+			break;
+	}
 }
 
 /*
@@ -926,7 +1141,7 @@ check_parents(Attempt *a)
 	}
 	done_parents(a);
 	if (failed != ZKS_OK)
-		zk_failure(a, "create the lock parent", failed);
+		zk_failure(a, OP_CREATE_PARENT, failed);
 }
 
 /*
@@ -972,7 +1187,7 @@ recover_create(Attempt *a)
 		return false;
 	}
 	if (rc != ZKS_OK)
-		zk_failure(a, "list", rc);
+		zk_failure(a, OP_LIST, rc);
 
 	children = zks_get_children(a->lreq, &n);
 	for (int i = 0; i < n; i++)
@@ -1042,7 +1257,7 @@ create_node(Attempt *a)
 
 		done_req(&a->lreq);
 		if (tries >= MAX_CREATE_TRIES)
-			zk_failure(a, "create a node under", rc);
+			zk_failure(a, OP_CREATE_NODE, rc);
 
 		if (rc == ZKS_NONODE)
 		{
@@ -1076,7 +1291,7 @@ create_node(Attempt *a)
 		else
 		{
 			done_req(&a->creq);
-			zk_failure(a, "create a node under", rc);
+			zk_failure(a, OP_CREATE_NODE, rc);
 		}
 	}
 }
@@ -1113,7 +1328,7 @@ run_attempt(Attempt *a)
 			continue;
 		}
 		if (rc != ZKS_OK)
-			zk_failure(a, "list", rc);
+			zk_failure(a, OP_LIST, rc);
 
 		children = zks_get_children(a->lreq, &n);
 		done_req(&a->lreq);
@@ -1134,15 +1349,44 @@ run_attempt(Attempt *a)
 
 		d = zkr_decide(cs, ncs, a->name, a->mode, own, nown);
 		if (!d.found)
+		{
+			/* not "lock not available": retrying the same way cannot help */
+			if (zks_session_expired())
+				ereport(ERROR,
+						(errcode(ERRCODE_CONNECTION_FAILURE),
+						 errmsg("ZooKeeper session expired while waiting for zklock on \"%s\"",
+								a->resource),
+						 errdetail("Node \"%s\" went with the session.", a->node)));
 			ereport(ERROR,
-					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("zklock node \"%s\" vanished while waiting for the lock on \"%s\"",
 							a->node, a->resource),
-					 errdetail("Another ZooKeeper client deleted it, or the session expired.")));
+					 errdetail("Another ZooKeeper client deleted it.")));
+		}
 		if (d.held)
 			return true;
 		if (a->try_only)
 			return false;
+
+		/*
+		 * Exclusive asked while this backend holds shared, with a foreign
+		 * exclusive contender queued between our two nodes: it waits for
+		 * our shared node, which we keep while we wait for it.  That wait
+		 * would never end; say so at once.
+		 */
+		if (a->mode == ZKR_MODE_EXCLUSIVE && a->own_other != NULL)
+		{
+			int			f = zkr_foreign_exclusive_between(cs, ncs, a->own_other,
+														  a->name, own, nown);
+
+			if (f >= 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+						 errmsg("deadlock detected"),
+						 errdetail("This backend holds a shared zklock on \"%s\" (node \"%s\") and asked for an exclusive one; exclusive contender \"%s\" of another client is queued between them and waits for the shared lock, which this backend keeps while it waits.",
+								   a->resource, a->own_other, cs[f].name),
+						 errhint("Release the shared lock before asking for the exclusive one, or take the exclusive lock first: a shared lock asked while holding the exclusive one is granted at once.")));
+		}
 
 		/*
 		 * Watch only the contender the recipe names.  If it is already
@@ -1152,7 +1396,7 @@ run_attempt(Attempt *a)
 		a->waited = true;
 		pred = psprintf("%s/%s", a->parent, cs[d.predecessor].name);
 		seen = zks_event_mark();
-		a->ereq = zks_send_exists(pred, true);
+		a->ereq = zks_send_watch_data(pred);
 		rc = await_reply(a, a->ereq);
 		done_req(&a->ereq);
 
@@ -1177,7 +1421,7 @@ run_attempt(Attempt *a)
 		else if (rc == ZKS_CONNECTION_LOSS)
 			await_reconnect(a);
 		else if (rc != ZKS_NONODE)
-			zk_failure(a, "watch a contender under", rc);
+			zk_failure(a, OP_WATCH, rc);
 
 		pfree(pred);
 		a->lreq = zks_send_children(a->parent);
@@ -1207,6 +1451,13 @@ set_deadline(Attempt *a, int64 timeout_ms)
 	a->by_lock_timeout = false;
 	if (timeout_ms >= 0)
 		limit = timeout_ms;
+
+	/*
+	 * A timeout beyond a century is no timeout: the deadline must stay
+	 * within the range of a timestamp, or it would wrap and pass at once.
+	 */
+	if (limit > MAX_TIMEOUT_MS)
+		limit = -1;
 	if (LockTimeout > 0 && (limit < 0 || LockTimeout < limit))
 	{
 		limit = LockTimeout;
@@ -1215,6 +1466,45 @@ set_deadline(Attempt *a, int64 timeout_ms)
 	a->deadline_ms = limit;
 	a->deadline = limit < 0 ? 0 :
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), limit);
+}
+
+/*
+ * A new entry for resource in mode that shares the node of entry owner
+ * (see ZklLock.borrowed).  Everything that can fail happens before the
+ * entry is live.
+ */
+static ZklLock *
+borrow_node(ZklLock *owner, const char *resource, ZkrMode mode)
+{
+	char	   *parent = MemoryContextStrdup(TopMemoryContext, owner->parent);
+	char	   *node = MemoryContextStrdup(TopMemoryContext, owner->node);
+	char	   *prefix = MemoryContextStrdup(TopMemoryContext, owner->prefix);
+	char	   *res = MemoryContextStrdup(TopMemoryContext, resource);
+	XactHold   *holds = MemoryContextAlloc(TopMemoryContext, 4 * sizeof(XactHold));
+	ZklLockKey	key;
+	ZklLock    *lock;
+	bool		found;
+
+	make_key(&key, res, mode);
+	lock = (ZklLock *) hash_search(lock_table, &key, HASH_ENTER, &found);
+	Assert(!found);
+	lock->parent = parent;
+	lock->node = node;
+	lock->name = strrchr(lock->node, '/') + 1;
+	lock->prefix = prefix;
+	lock->sweep = false;		/* the owner sweeps, or hands it over */
+	lock->token = owner->token;
+	lock->session_id = owner->session_id;
+	lock->lost = ZKL_LOST_NONE;
+	lock->since = GetCurrentTimestamp();
+	lock->session_count = 0;
+	lock->xact_count = 0;
+	lock->nholds = 0;
+	lock->holds_cap = 4;
+	lock->xact_holds = holds;
+	lock->borrowed = true;
+	lock->node_mode = owner->node_mode;
+	return lock;
 }
 
 bool
@@ -1238,6 +1528,28 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 			lost_error(lock);
 		add_hold(lock, scope);
 		*token = lock->token;
+		zkl_callbacks_first();
+		return true;
+	}
+
+	/*
+	 * An exclusive node of ours grants both modes: a shared request (or an
+	 * exclusive one, once the node has passed to a shared entry) is
+	 * granted on it at once.  A node of its own would sort behind every
+	 * foreign waiter queued meanwhile, all of them waiting for our node.
+	 */
+	other = find_lock(resource, mode == ZKR_MODE_EXCLUSIVE ?
+					  ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
+	if (other != NULL)
+		mark_if_session_lost(other);
+	if (other != NULL && other->lost == ZKL_LOST_NONE && !other->borrowed &&
+		other->node_mode == ZKR_MODE_EXCLUSIVE)
+	{
+		lock = borrow_node(other, resource, mode);
+		add_hold(lock, scope);	/* cannot fail: room for 4 */
+		n_grants++;
+		*token = lock->token;
+		zkl_callbacks_first();
 		return true;
 	}
 
@@ -1281,8 +1593,6 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 		elog(ERROR, "zklock node prefix does not fit");
 	a.create_path = psprintf("%s/%s", a.parent, a.prefix);
 	a.data = owner_line();
-	other = find_lock(resource, mode == ZKR_MODE_EXCLUSIVE ?
-					  ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
 	if (other != NULL && other->session_id == zks_session_id() &&
 		other->lost == ZKL_LOST_NONE)
 	{
@@ -1302,8 +1612,8 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 			char	   *node = MemoryContextStrdup(TopMemoryContext, a.node);
 			char	   *prefix = MemoryContextStrdup(TopMemoryContext, a.prefix);
 			char	   *res = MemoryContextStrdup(TopMemoryContext, resource);
-			SubTransactionId *subids = MemoryContextAlloc(TopMemoryContext,
-														  4 * sizeof(SubTransactionId));
+			XactHold   *holds = MemoryContextAlloc(TopMemoryContext,
+												   4 * sizeof(XactHold));
 
 			make_key(&key, res, mode);
 			lock = (ZklLock *) hash_search(lock_table, &key, HASH_ENTER, &found);
@@ -1319,8 +1629,11 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 			lock->since = GetCurrentTimestamp();
 			lock->session_count = 0;
 			lock->xact_count = 0;
-			lock->xact_cap = 4;
-			lock->xact_subids = subids;
+			lock->nholds = 0;
+			lock->holds_cap = 4;
+			lock->xact_holds = holds;
+			lock->borrowed = false;
+			lock->node_mode = mode;
 			add_hold(lock, scope);	/* cannot fail: room for 4 */
 		}
 	}
@@ -1348,6 +1661,7 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 		n_waits++;
 
 	*token = lock->token;
+	zkl_callbacks_first();
 	return true;
 }
 
@@ -1359,7 +1673,7 @@ zkl_release_session(const char *resource, ZkrMode mode)
 	if (lock == NULL || lock->session_count == 0)
 	{
 		ereport(WARNING,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				(errcode(ERRCODE_WARNING),
 				 errmsg("you don't own a session-level %s zklock on \"%s\"",
 						zkr_mode_name(mode), resource),
 				 (lock != NULL) ?

@@ -369,6 +369,35 @@ zkr_decide(const ZkrContender *c, int n, const char *self, ZkrMode mode,
 	return d;
 }
 
+int
+zkr_foreign_exclusive_between(const ZkrContender *c, int n, const char *held,
+							  const char *self, const char *const *own,
+							  int n_own)
+{
+	int			h = -1;
+	int			me = -1;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (strcmp(c[i].name, held) == 0)
+			h = i;
+		else if (strcmp(c[i].name, self) == 0)
+			me = i;
+	}
+	if (h < 0 || me < 0 || zkr_contender_cmp(&c[h], &c[me]) >= 0)
+		return -1;
+	for (int i = 0; i < n; i++)
+	{
+		if (i == h || i == me || c[i].mode != ZKR_MODE_EXCLUSIVE ||
+			is_own(c[i].name, own, n_own))
+			continue;
+		if (zkr_contender_cmp(&c[h], &c[i]) < 0 &&
+			zkr_contender_cmp(&c[i], &c[me]) < 0)
+			return i;
+	}
+	return -1;
+}
+
 const char *
 zkr_mode_name(ZkrMode mode)
 {

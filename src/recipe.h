@@ -158,6 +158,17 @@ typedef struct ZkrDecision
 extern ZkrDecision zkr_decide(const ZkrContender *c, int n, const char *self,
 							  ZkrMode mode, const char *const *own, int n_own);
 
+/*
+ * A backend holding a shared node (held) asks for exclusive with a new node
+ * (self).  Returns the index of a contender of another client (not in own)
+ * that is exclusive and sorts between the two, or -1 if there is none.
+ * Such a contender waits for held, which the backend keeps while its
+ * exclusive request waits for that contender: a certain deadlock.
+ */
+extern int	zkr_foreign_exclusive_between(const ZkrContender *c, int n,
+										  const char *held, const char *self,
+										  const char *const *own, int n_own);
+
 /* "exclusive" / "shared" / "none" */
 extern const char *zkr_mode_name(ZkrMode mode);
 

@@ -46,6 +46,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "auth.h"
 #include "session.h"
 #include "zklock.h"
 
@@ -147,10 +148,13 @@ static int	auth_result = -1;	/* zoo_add_auth reply; -1 while awaited */
 /* Backend-only state. */
 static char *zh_hosts = NULL;	/* settings the handle was made with */
 static int	zh_timeout = 0;
-static char *zh_auth = NULL;	/* zklock.auth the handle was made with */
+static char *zh_auth = NULL;	/* identity the handle was made with
+								 * (malloc'd secret: zka_free) */
+static char *zh_auth_file = NULL;	/* ... read from this file ... */
+static uint64 zh_auth_generation = 0;	/* ... at this zka_generation */
 
 /*
- * With zklock.auth, every node zklock creates gets this ACL: all rights to
+ * With zklock.auth_file, every node zklock creates gets this ACL: all rights to
  * the identity the session authenticated as (ZooKeeper substitutes the
  * "auth" id), read to everyone.  Deleting a child needs DELETE on its
  * parent, so other clients can read the queue but not remove a contender.
@@ -299,10 +303,17 @@ add_batch_locked(char **paths, int n)
 	queue_task_locked(t);
 }
 
+/*
+ * A reply that says nothing about the node: the request may or may not
+ * have run.  ZSESSIONMOVED comes from a server our session has left for
+ * another one (the request did not run there); like a lost reply, it is
+ * answered by asking again on the connection the session has now.
+ */
 static bool
 is_connection_loss(int zrc)
 {
-	return zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT;
+	return zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT ||
+		zrc == ZSESSIONMOVED;
 }
 
 static void
@@ -379,6 +390,12 @@ sweep_task_completion(int rc, const struct String_vector *strings,
 	pthread_mutex_unlock(&zks_mutex);
 }
 
+/* The sync in front of a sweep's listing: the listing's reply decides. */
+static void
+sync_task_completion(int rc, const char *value, const void *data)
+{
+}
+
 static void
 submit_task_locked(CleanupTask *t)
 {
@@ -396,7 +413,18 @@ submit_task_locked(CleanupTask *t)
 						batch_task_completion, t);
 	}
 	else if (t->prefix != NULL)
-		rc = zoo_aget_children(zh, t->path, 0, sweep_task_completion, t);
+	{
+		/*
+		 * The server we reach may lag the leader and not show the node
+		 * yet: sync it first, sent back to back with the listing (a
+		 * session's requests run in order, so the listing waits for the
+		 * sync).  A failed sync is followed by a failed listing, as both
+		 * travel on the same connection.
+		 */
+		rc = zoo_async(zh, t->path, sync_task_completion, NULL);
+		if (rc == ZOK)
+			rc = zoo_aget_children(zh, t->path, 0, sweep_task_completion, t);
+	}
 	else
 		rc = zoo_adelete(zh, t->path, -1, delete_task_completion, t);
 	if (rc != ZOK)
@@ -694,7 +722,7 @@ map_rc(int zrc)
 		return ZKS_NONODE;
 	if (zrc == ZNODEEXISTS)
 		return ZKS_NODEEXISTS;
-	if (is_connection_loss(zrc) || zrc == ZSESSIONMOVED)
+	if (is_connection_loss(zrc))
 		return ZKS_CONNECTION_LOSS;
 	if (zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE || zrc == ZCLOSING)
 		return ZKS_SESSION_EXPIRED;
@@ -726,6 +754,35 @@ zks_rc_text(ZksRc rc)
 			return "timed out";
 	}
 	return "unknown";
+}
+
+/*
+ * errdetail() for an outcome, as a whole sentence (for translation), to
+ * be used inside ereport().
+ */
+int
+zks_errdetail(ZksRc rc)
+{
+	switch (rc)
+	{
+		case ZKS_OK:
+			break;
+		case ZKS_NONODE:
+			return errdetail("ZooKeeper answered that the node does not exist.");
+		case ZKS_NODEEXISTS:
+			return errdetail("ZooKeeper answered that the node already exists.");
+		case ZKS_CONNECTION_LOSS:
+			return errdetail("The connection to ZooKeeper was lost before the answer came.");
+		case ZKS_SESSION_EXPIRED:
+			return errdetail("The ZooKeeper session expired.");
+		case ZKS_NOAUTH:
+			return errdetail("ZooKeeper refused: not authorized.");
+		case ZKS_ERROR:
+			return errdetail("ZooKeeper answered with an error.");
+		case ZKS_TIMEDOUT:
+			return errdetail("No answer came in time.");
+	}
+	return 0;
 }
 
 static int
@@ -786,49 +843,122 @@ close_handle(void)
 static void
 forget_auth(void)
 {
-	if (zh_auth != NULL)
-	{
-		explicit_bzero(zh_auth, strlen(zh_auth));
-		free(zh_auth);
-		zh_auth = NULL;
-	}
+	zka_free(zh_auth);
+	zh_auth = NULL;
+	free(zh_auth_file);
+	zh_auth_file = NULL;
 }
 
 /*
- * zklock.auth is "scheme:credentials", e.g. "digest:user:password".  The
- * value is never echoed: not here, not by a GUC check (which would print
- * it), not in any error.
+ * Has the identity to authenticate with changed since the handle was made?
+ * Only a new zklock.auth_file, or a configuration reload since (which may
+ * have rewritten the file), makes us read the file again; the handle is
+ * replaced only if what it holds differs.  Raises ERROR if the file has
+ * become unreadable or invalid.
  */
-static void
-split_auth(const char *auth, char *scheme, size_t scheme_size,
-		   const char **cred)
-{
-	const char *colon = strchr(auth, ':');
-
-	if (colon == NULL || colon == auth || (size_t) (colon - auth) >= scheme_size ||
-		colon[1] == '\0' ||
-		(strncmp(auth, "digest:", 7) == 0 && strchr(colon + 1, ':') == NULL))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("\"zklock.auth\" must have the form \"digest:user:password\"")));
-	memcpy(scheme, auth, colon - auth);
-	scheme[colon - auth] = '\0';
-	*cred = colon + 1;
-}
-
 static bool
 auth_changed(void)
 {
-	const char *want = zklock_auth ? zklock_auth : "";
-	const char *have = zh_auth ? zh_auth : "";
+	const char *want_file = zklock_auth_file ? zklock_auth_file : "";
+	char	   *identity;
+	char	   *file_copy;
+	bool		changed;
 
-	return strcmp(want, have) != 0;
+	if (zka_generation == zh_auth_generation &&
+		strcmp(want_file, zh_auth_file ? zh_auth_file : "") == 0)
+		return false;
+
+	identity = zka_read_identity(want_file);
+	changed = strcmp(identity ? identity : "", zh_auth ? zh_auth : "") != 0;
+	zka_free(identity);
+	if (!changed)
+	{
+		file_copy = strdup(want_file);
+		if (file_copy == NULL)
+			return true;		/* replace the handle: it re-reads all */
+		free(zh_auth_file);
+		zh_auth_file = file_copy;
+		zh_auth_generation = zka_generation;
+	}
+	return changed;
 }
 
 void
 zks_shutdown(int code, Datum arg)
 {
 	close_handle();
+}
+
+/*
+ * Stack size of libzookeeper's two threads (and of the probe below).  The
+ * default is the process's stack limit (8 MB), which a thread or memory
+ * limit meets sooner; the threads only run the client's I/O loop, name
+ * resolution and our small completions.
+ */
+#define ZK_THREAD_STACK (512 * 1024)
+
+static pthread_mutex_t probe_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static void *
+probe_thread(void *arg)
+{
+	/* wait until the backend has tried to start both threads */
+	pthread_mutex_lock(&probe_mutex);
+	pthread_mutex_unlock(&probe_mutex);
+	return NULL;
+}
+
+/*
+ * libzookeeper asserts that pthread_create succeeds (Debian builds keep
+ * assertions), so a backend at its thread or memory limit would abort, and
+ * PostgreSQL would restart every backend of the cluster.  Start two
+ * threads that live at the same time, as libzookeeper's do, and raise
+ * ERROR if that fails.  (Another process of the same user could still
+ * take the last slot between this probe and zookeeper_init; the probe
+ * makes that a narrow race instead of a certainty.)
+ */
+static void
+check_threads_available(void)
+{
+	pthread_attr_t attr;
+	pthread_t	threads[2];
+	int			started = 0;
+	int			rc = 0;
+	sigset_t	all;
+	sigset_t	old;
+
+	if (pthread_attr_init(&attr) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("could not start the threads of a ZooKeeper session"),
+				 errdetail("pthread_attr_init failed.")));
+	(void) pthread_attr_setstacksize(&attr, ZK_THREAD_STACK);
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_mutex_lock(&probe_mutex);
+	while (started < 2)
+	{
+		rc = pthread_create(&threads[started], &attr, probe_thread, NULL);
+		if (rc != 0)
+			break;
+		started++;
+	}
+	pthread_mutex_unlock(&probe_mutex);
+	for (int i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+
+	if (rc != 0)
+	{
+		errno = rc;
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("could not start the threads of a ZooKeeper session: %m"),
+				 errdetail("A ZooKeeper session needs two threads in this backend; the operating system refused to create them."),
+				 errhint("Check the limits on processes and threads (ulimit -u) and memory of the server's operating-system user.")));
+	}
 }
 
 /*
@@ -845,7 +975,10 @@ open_handle(void)
 	zhandle_t  *h;
 	int			save_errno;
 
-	char		scheme[32] = "";
+	char	   *identity;
+	char	   *identity_file;
+	uint64		generation = zka_generation;
+	int			scheme_len = 0;
 	const char *cred = NULL;
 
 	if (!shutdown_registered)
@@ -853,18 +986,19 @@ open_handle(void)
 		before_shmem_exit(zks_shutdown, (Datum) 0);
 		shutdown_registered = true;
 	}
-	if (zklock_auth != NULL && zklock_auth[0] != '\0')
+	/* may raise ERROR: nothing is changed before it */
+	check_threads_available();
+	identity = zka_read_identity(zklock_auth_file);
+	identity_file = strdup(zklock_auth_file ? zklock_auth_file : "");
+	if (identity_file == NULL)
 	{
-		static bool warned = false;
-
-		split_auth(zklock_auth, scheme, sizeof(scheme), &cred);
-		if (!warned && zklock_auth_exposed())
-			ereport(WARNING,
-					(errmsg("\"zklock.auth\" is set but zklock is not preloaded"),
-					 errdetail("Until the library is loaded in a backend, PostgreSQL shows the setting's value to any user."),
-					 errhint("Add zklock to \"shared_preload_libraries\" or \"session_preload_libraries\".")));
-		warned = true;
+		zka_free(identity);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
 	}
+	if (identity != NULL)
+		zka_split(identity, &scheme_len, &cred);
 	if (auth_acl.count == 0)
 	{
 		auth_acl_entries[0].perms = ZOO_PERM_ALL;
@@ -878,9 +1012,13 @@ open_handle(void)
 
 	zh_hosts = strdup(zklock_hosts);
 	if (zh_hosts == NULL)
+	{
+		zka_free(identity);
+		free(identity_file);
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
+	}
 	zh_timeout = zklock_session_timeout;
 
 	pthread_mutex_lock(&zks_mutex);
@@ -890,8 +1028,26 @@ open_handle(void)
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	h = zookeeper_init(zh_hosts, session_watcher, zh_timeout, NULL, NULL, 0);
-	save_errno = errno;
+	{
+		/* libzookeeper creates its threads with the default attributes */
+		pthread_attr_t saved;
+		pthread_attr_t small;
+		bool		have_saved = (pthread_getattr_default_np(&saved) == 0);
+
+		if (have_saved && pthread_attr_init(&small) == 0)
+		{
+			if (pthread_attr_setstacksize(&small, ZK_THREAD_STACK) == 0)
+				(void) pthread_setattr_default_np(&small);
+			pthread_attr_destroy(&small);
+		}
+		h = zookeeper_init(zh_hosts, session_watcher, zh_timeout, NULL, NULL, 0);
+		save_errno = errno;
+		if (have_saved)
+		{
+			(void) pthread_setattr_default_np(&saved);
+			pthread_attr_destroy(&saved);
+		}
+	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 
 	if (h == NULL)
@@ -900,6 +1056,8 @@ open_handle(void)
 
 		free(zh_hosts);
 		zh_hosts = NULL;
+		zka_free(identity);
+		free(identity_file);
 		errno = save_errno;
 		ereport(ERROR,
 				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
@@ -922,13 +1080,18 @@ open_handle(void)
 	 */
 	pthread_mutex_lock(&zks_mutex);
 	zh = h;
+	zh_auth = identity;
+	zh_auth_file = identity_file;
+	zh_auth_generation = generation;
 	auth_result = ZOK;
 	if (cred != NULL)
 	{
-		zh_auth = strdup(zklock_auth);
+		char		scheme[16];
+
+		/* zka_read_identity accepts only "digest" */
+		strlcpy(scheme, identity, Min(scheme_len + 1, (int) sizeof(scheme)));
 		auth_result = -1;
-		if (zh_auth == NULL ||
-			zoo_add_auth(h, scheme, cred, strlen(cred), auth_completion, NULL) != ZOK)
+		if (zoo_add_auth(h, scheme, cred, strlen(cred), auth_completion, NULL) != ZOK)
 			auth_result = ZAUTHFAILED;
 	}
 	pthread_mutex_unlock(&zks_mutex);
@@ -955,7 +1118,7 @@ await_auth(TimestampTz deadline)
 			close_handle();
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
-					 errmsg("ZooKeeper authentication with \"zklock.auth\" failed on \"%s\"",
+					 errmsg("ZooKeeper authentication with the identity in \"zklock.auth_file\" failed on \"%s\"",
 							hosts),
 					 rc == -1 ? errdetail("No answer within \"zklock.connect_timeout\".") : 0));
 		}
@@ -1230,6 +1393,23 @@ zks_send_checks(const char *const *paths, int n, int *taken)
 		zrc = zoo_amulti(zh, *taken, ops, req->results, multi_completion, req);
 	free(ops);
 	return sent(req, zrc);
+}
+
+ZksRequest *
+zks_send_watch_data(const char *path)
+{
+	ZksRequest *req = new_request(KIND_GET, path);
+
+	/*
+	 * A data watch, as Curator sets on its predecessor: the server
+	 * registers it only if the node exists (an exists watch is registered
+	 * on a missing node too, and a sequential name never comes back, so it
+	 * would stay for the life of the session and be re-sent at every
+	 * reconnect).  The client registers it only on success as well.
+	 */
+	if (zh == NULL)
+		return sent(req, ZINVALIDSTATE);
+	return sent(req, zoo_aget(zh, path, 1, get_completion, req));
 }
 
 ZksRequest *

@@ -79,6 +79,12 @@ extern ZksRequest *zks_send_exists(const char *path, bool watch);
 extern ZksRequest *zks_send_get(const char *path);
 
 /*
+ * Watch a node for deletion (or change) with a data watch: ZKS_NONODE,
+ * and nothing registered, if it is already gone.
+ */
+extern ZksRequest *zks_send_watch_data(const char *path);
+
+/*
  * One multi request of "check" operations on the first *taken of the n
  * paths (as many as fit well under ZooKeeper's 1 MB limit).  ZKS_OK means
  * every one of them exists.  A multi is a write, so the leader answers:
@@ -190,6 +196,9 @@ extern void zks_get_status(ZksStatus *status);
 
 /* Text of an outcome, for messages. */
 extern const char *zks_rc_text(ZksRc rc);
+
+/* errdetail() describing an outcome in a whole sentence (in ereport). */
+extern int	zks_errdetail(ZksRc rc);
 
 /* before_shmem_exit: close the session, deleting every ephemeral node. */
 extern void zks_shutdown(int code, Datum arg);

@@ -15,10 +15,14 @@
  */
 #include "postgres.h"
 
+#include "executor/executor.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "tcop/utility.h"
 #include "utils/guc.h"
 
+#include "auth.h"
 #include "locktable.h"
 #include "recipe.h"
 #include "zklock.h"
@@ -31,7 +35,10 @@ int			zklock_session_timeout = 10000;
 int			zklock_connect_timeout = 5000;
 bool		zklock_verify_at_commit = true;
 int			zklock_protocol = ZKR_PROTOCOL_CURATOR_RW;
-char	   *zklock_auth = NULL;
+char	   *zklock_auth_file = NULL;
+
+static ProcessUtility_hook_type prev_process_utility = NULL;
+static ExecutorEnd_hook_type prev_executor_end = NULL;
 
 static const struct config_enum_entry protocol_options[] = {
 	{"curator-rw", ZKR_PROTOCOL_CURATOR_RW, false},
@@ -101,44 +108,57 @@ check_root(char **newval, void **extra, GucSource source)
 }
 
 /*
- * zklock.auth holds a password.  SHOW, pg_settings and current_setting()
- * all go through this hook, so they show the scheme and user only, to
- * superusers too.  (There is deliberately no check hook: PostgreSQL's
- * message for a rejected value quotes the value.)
+ * Runs whenever zklock.auth_file is applied, at every configuration reload
+ * too: the session layer then reads the file again at its next chance
+ * (a call that holds no lock) and reconnects if the identity changed.
  */
-static const char *
-show_auth(void)
+static void
+assign_auth_file(const char *newval, void *extra)
 {
-	static char shown[128];
-	const char *a = zklock_auth;
-	const char *colon;
-	const char *colon2;
-
-	if (a == NULL || a[0] == '\0')
-		return "";
-	colon = strchr(a, ':');
-	colon2 = colon ? strchr(colon + 1, ':') : NULL;
-	if (colon2 == NULL || colon2 - a > 100)
-		return "********";
-	snprintf(shown, sizeof(shown), "%.*s:********", (int) (colon2 - a), a);
-	return shown;
+	zka_generation++;
 }
 
 /*
- * Until the library is loaded, PostgreSQL keeps zklock.auth as a
- * placeholder that anyone may SHOW.  Preloading defines the setting (masked,
- * superuser-only) before any user query runs.
+ * DISCARD ALL releases every session-level lock, as PostgreSQL does for
+ * advisory locks (connection poolers run it when they hand a server
+ * connection to the next client).  It cannot run in a transaction block,
+ * so no transaction-level lock is held then.
  */
-bool
-zklock_auth_exposed(void)
+static void
+zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
+					   bool readOnlyTree, ProcessUtilityContext context,
+					   ParamListInfo params, QueryEnvironment *queryEnv,
+					   DestReceiver *dest, QueryCompletion *qc)
 {
-	const char *lists[] = {shared_preload_libraries_string,
-	session_preload_libraries_string};
+	Node	   *parsetree = pstmt->utilityStmt;
 
-	for (int i = 0; i < lengthof(lists); i++)
-		if (lists[i] != NULL && strstr(lists[i], "zklock") != NULL)
-			return false;
-	return true;
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context,
+							 params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+
+	/* after it succeeded: DISCARD ALL refuses to run in a transaction */
+	if (IsA(parsetree, DiscardStmt) &&
+		((DiscardStmt *) parsetree)->target == DISCARD_ALL)
+		zkl_release_all_session();
+}
+
+/*
+ * After each statement that may have opened a connection of another
+ * extension with transaction callbacks of its own (postgres_fdw, say),
+ * put zklock's callbacks first again, so that zklock confirms its locks
+ * before anyone commits remote work (see zkl_callbacks_first).
+ */
+static void
+zklock_executor_end(QueryDesc *queryDesc)
+{
+	if (prev_executor_end)
+		prev_executor_end(queryDesc);
+	else
+		standard_ExecutorEnd(queryDesc);
+	zkl_callbacks_first();
 }
 
 void
@@ -199,16 +219,21 @@ _PG_init(void)
 							 0,
 							 NULL, NULL, NULL);
 
-	DefineCustomStringVariable("zklock.auth",
-							   "ZooKeeper credentials, as \"digest:user:password\".",
-							   "With them the session authenticates first, and every node zklock creates can be changed or deleted by this identity only (others may read). Shown masked. Takes effect at the next lock call made while no zklock lock is held.",
-							   &zklock_auth,
+	DefineCustomStringVariable("zklock.auth_file",
+							   "File holding the ZooKeeper credentials zklock authenticates with.",
+							   "One line \"digest:user:password\", in a file owned by the server's operating-system user and not readable by group or others. With it, every node zklock creates can be changed or deleted by this identity only. Read again after a configuration reload; a changed identity takes effect at the next lock call made while no zklock lock is held.",
+							   &zklock_auth_file,
 							   "",
 							   PGC_SUSET,
-							   GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
-							   NULL, NULL, show_auth);
+							   GUC_SUPERUSER_ONLY,
+							   NULL, assign_auth_file, NULL);
 
 	MarkGUCPrefixReserved("zklock");
 
 	zkl_init();
+
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = zklock_process_utility;
+	prev_executor_end = ExecutorEnd_hook;
+	ExecutorEnd_hook = zklock_executor_end;
 }

@@ -17,9 +17,6 @@ extern int	zklock_session_timeout;	/* ms */
 extern int	zklock_connect_timeout;	/* ms */
 extern bool zklock_verify_at_commit;
 extern int	zklock_protocol;		/* a ZkrProtocol */
-extern char *zklock_auth;		/* secret: never print it */
-
-/* Could zklock.auth have been read as a placeholder (library not preloaded)? */
-extern bool zklock_auth_exposed(void);
+extern char *zklock_auth_file;	/* names the credentials file (auth.c) */
 
 #endif							/* ZKLOCK_H */

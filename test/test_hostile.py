@@ -16,7 +16,7 @@ leave in ZooKeeper, and non-superusers trying to point zklock elsewhere.
     owner safely (binary as \\x hex).  A lock parent that is an ephemeral
     node (it cannot have children) gives an ERROR, not a hang.
   * A non-superuser cannot make zklock.hosts, zklock.root,
-    zklock.session_timeout or zklock.auth stick with ALTER ROLE ... SET or
+    zklock.session_timeout or zklock.auth_file stick with ALTER ROLE ... SET or
     ALTER DATABASE ... SET (42501), whether or not the library is loaded.
 
 The property-based counterpart for the pure code is the fuzz corpus
@@ -497,7 +497,7 @@ SUPERUSER_GUCS = {
     'zklock.hosts': "'127.0.0.1:1'",
     'zklock.root': "'/elsewhere'",
     'zklock.session_timeout': "'60s'",
-    'zklock.auth': "'digest:x:y'",
+    'zklock.auth_file': "'/tmp/zklock-hostile-auth'",
 }
 
 
@@ -552,7 +552,7 @@ def test_guc_alter_role_database_refused(ctx):
                     'TO %s' % user, dbname=db)
         w = ctx.backend('hostile-guc-early', dbname=db, user=user)
         for guc, value in SUPERUSER_GUCS.items():
-            if guc != 'zklock.auth':
+            if guc != 'zklock.auth_file':
                 w.query('SET %s = %s' % (guc, value))
         w.query('BEGIN')
         assert w.scalar(TRY_X, ['hostile-guc']) is True

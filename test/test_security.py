@@ -1,19 +1,26 @@
 """
-Security: ZooKeeper authentication and ACLs (zklock.auth), and keeping
-the credentials secret.
+Security: ZooKeeper authentication and ACLs (zklock.auth_file), and
+keeping the credentials secret.
 
-With zklock.auth = 'digest:user:password' every node zklock creates (lock
-parents included) carries "all rights to this identity, read to everyone":
-another client can inspect the queue but cannot delete a contender (delete
-needs DELETE on the parent), and a session with other credentials gets a
-clear 42501 naming the path instead of a hang.
+The credentials live in a file named by the superuser-only setting
+zklock.auth_file, owned by the server's OS user and not readable by group
+or others; a setting's value is never the secret, since PostgreSQL shows a
+placeholder's raw value to any role until the library is loaded.  With it
+every node zklock creates (lock parents included) carries "all rights to
+this identity, read to everyone": another client can inspect the queue but
+cannot delete a contender (delete needs DELETE on the parent), and a
+session with other credentials gets a clear 42501 naming the path instead
+of a hang.  A changed file takes effect after a reload, at the next call
+that holds no lock.
 """
 
+import os
 import time
 
 import psycopg2
 from kazoo.exceptions import NoAuthError
 
+import harness
 from test_multisession import LOCK_X, expect_sqlstate, token_of
 
 TIMEOUT = 120
@@ -22,10 +29,25 @@ SECRET = 'Zk-s3cret-4f1c'
 AUTH = 'digest:jobs:' + SECRET
 
 
+def auth_file(ctx, name, content, mode=0o600, owner_pg=True):
+    """Write a credentials file owned by the postgres OS user."""
+    d = os.path.join(ctx.workdir or '/tmp', 'auth')
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o755)
+    path = os.path.join(d, name)
+    with open(path, 'w') as f:
+        f.write(content)
+    os.chmod(path, mode)
+    if owner_pg:
+        harness.chown_to_pg_user(path)
+    return path
+
+
 def authed(ctx, name, auth=AUTH):
     b = ctx.backend(name)
+    path = auth_file(ctx, name, auth + '\n')
     b.query("LOAD 'zklock'")
-    b.query('SET zklock.auth = %s', [auth])
+    b.query('SET zklock.auth_file = %s', [path])
     return b
 
 
@@ -83,16 +105,18 @@ def test_other_identity_refused(ctx):
 
 
 def test_credentials_stay_secret(ctx):
-    """SHOW and current_setting() mask the password, for superusers too;
-    a non-superuser may neither read nor set it; a malformed value is
+    """The password is in no setting (SHOW, current_setting, pg_settings,
+    for superusers too); a non-superuser may neither read nor set
+    zklock.auth_file; the old zklock.auth is gone; a malformed file is
     refused without being echoed; the server log never contains it."""
     offset = ctx.pg.log_size()
     b = authed(ctx, 'sec-show')
-    assert b.scalar('SHOW zklock.auth') == 'digest:jobs:********'
-    assert b.scalar("SELECT current_setting('zklock.auth')") == \
-        'digest:jobs:********'
+    path = b.scalar('SHOW zklock.auth_file')
+    assert path.endswith('/sec-show'), path
     assert b.query("SELECT count(*) FROM pg_settings "
                    "WHERE setting LIKE %s", ['%' + SECRET + '%']) == [(0,)]
+    expect_sqlstate(b.submit('SHOW zklock.auth'), '42704', 10,
+                    'SHOW of the removed zklock.auth')
 
     admin = ctx.admin
     admin.query('DROP ROLE IF EXISTS zklock_sec_user')
@@ -100,24 +124,160 @@ def test_credentials_stay_secret(ctx):
     u = ctx.backend('sec-user')
     u.query("LOAD 'zklock'")
     u.query('SET ROLE zklock_sec_user')
-    for sql in ('SHOW zklock.auth',
-                "SELECT current_setting('zklock.auth')",
-                "SET zklock.auth = 'digest:a:b'",
-                "SELECT set_config('zklock.auth', 'digest:a:b', false)"):
+    for sql in ('SHOW zklock.auth_file',
+                "SELECT current_setting('zklock.auth_file')",
+                "SET zklock.auth_file = '/tmp/x'",
+                "SELECT set_config('zklock.auth_file', '/tmp/x', false)"):
         expect_sqlstate(u.submit(sql), '42501', 10, sql)
     u.query('RESET ROLE')
     admin.query('DROP ROLE zklock_sec_user')
 
-    bad = authed(ctx, 'sec-bad', 'digest-without-colon-' + SECRET)
-    e = expect_sqlstate(bad.submit(LOCK_X, ['sec-bad', '5 seconds']),
-                        '22023', 15, 'malformed zklock.auth')
-    assert SECRET not in str(e), str(e)
+    for name, content, why in (
+            ('sec-bad1', 'digest-without-colon-' + SECRET, 'digest:'),
+            ('sec-bad2', 'digest:jobs:' + SECRET + '\nsecond line\n',
+             'more than one line'),
+            ('sec-bad3', 'digest::' + SECRET, 'no user name'),
+            ('sec-bad4', '', 'empty')):
+        bad = ctx.backend(name)
+        bad.query("LOAD 'zklock'")
+        bad.query('SET zklock.auth_file = %s',
+                  [auth_file(ctx, name, content)])
+        e = expect_sqlstate(bad.submit(LOCK_X, [name, '5 seconds']),
+                            'F0000', 15, 'malformed credentials file')
+        assert why in str(e), str(e)
+        assert SECRET not in str(e), str(e)
 
     # a lock cycle with credentials, so the log had every chance to see them
     b.query('BEGIN')
     token_of(b.submit(LOCK_X, ['sec-log', '10 seconds']), 15)
     b.query('COMMIT')
     log = ctx.pg.log_since(offset)
-    # (the log read is the right one: it holds the malformed-value error)
-    assert 'must have the form' in log, 'server log not captured'
+    # (the log read is the right one: it holds the malformed-file errors)
+    assert 'is not valid' in log, 'server log not captured'
     assert SECRET not in log, 'the password appears in the server log'
+
+
+def test_file_permissions_checked(ctx):
+    """A credentials file that group or others can read, or that another
+    OS user owns, is refused with F0000, as PostgreSQL refuses such an
+    ssl_key_file; a missing one with 58P01."""
+    for name, mode, owner_pg, msg in (
+            ('sec-perm-group', 0o640, True, 'group or world access'),
+            ('sec-perm-world', 0o604, True, 'group or world access')):
+        b = ctx.backend(name)
+        b.query("LOAD 'zklock'")
+        b.query('SET zklock.auth_file = %s',
+                [auth_file(ctx, name, AUTH, mode, owner_pg)])
+        e = expect_sqlstate(b.submit(LOCK_X, [name, '5 seconds']), 'F0000',
+                            15, 'credentials file mode %o' % mode)
+        assert msg in str(e) and SECRET not in str(e), str(e)
+    if harness.running_as_root():
+        b = ctx.backend('sec-perm-owner')
+        b.query("LOAD 'zklock'")
+        path = auth_file(ctx, 'sec-perm-owner', AUTH, 0o644, owner_pg=False)
+        os.chown(path, 65534, 65534)            # nobody
+        b.query('SET zklock.auth_file = %s', [path])
+        e = expect_sqlstate(b.submit(LOCK_X, ['sec-perm-owner', '5 seconds']),
+                            'F0000', 15, 'credentials file of another user')
+        assert 'must be owned by the database user' in str(e), str(e)
+    b = ctx.backend('sec-missing')
+    b.query("LOAD 'zklock'")
+    b.query("SET zklock.auth_file = '/nonexistent/zklock-auth'")
+    expect_sqlstate(b.submit(LOCK_X, ['sec-missing', '5 seconds']), '58P01',
+                    15, 'missing credentials file')
+
+
+def test_unloaded_backend_sees_no_secret(ctx):
+    """The reported leak: the administrator configures credentials with
+    ALTER SYSTEM, zklock is not preloaded, and a role with no grants in a
+    backend that never loaded the library looks at every setting.  It sees
+    the file's path at most, never the password; and zklock.auth, the old
+    setting, no longer carries anything."""
+    path = auth_file(ctx, 'sec-system', AUTH + '\n')
+    admin = ctx.admin
+    admin.query("LOAD 'zklock'")      # ALTER SYSTEM wants a known setting
+    admin.query('ALTER SYSTEM SET zklock.auth_file = %s', [path])
+    admin.query('SELECT pg_reload_conf()')
+    try:
+        admin.query('DROP ROLE IF EXISTS zklock_sec_nobody')
+        admin.query('CREATE ROLE zklock_sec_nobody LOGIN')
+        # a new backend reads postgresql.auto.conf as it starts
+        u = ctx.backend('sec-nobody', user='zklock_sec_nobody')
+        assert u.scalar("SELECT current_setting('zklock.auth_file')") == path
+        seen = []
+        for sql in ("SELECT string_agg(name || '=' || setting, ' ') "
+                    "FROM pg_settings",
+                    "SELECT current_setting('zklock.auth_file', true)",
+                    "SELECT current_setting('zklock.auth', true)"):
+            try:
+                seen.append(str(u.scalar(sql)))
+            except psycopg2.Error as e:
+                seen.append(str(e))
+        for text in seen:
+            assert SECRET not in text, 'password visible: %s' % text
+        # the superuser's new backend authenticates from the file
+        b = ctx.backend('sec-system-user')
+        b.query('BEGIN')
+        token_of(b.submit(LOCK_X, ['sec-system/job', '10 seconds']), 15)
+        [node] = ctx.zi.wait_contenders('sec-system/job', 1)
+        acls, _ = ctx.kz.get_acls(node.path)
+        assert ('digest', 'jobs') in [(a.id.scheme, a.id.id.split(':')[0])
+                                      for a in acls], acls
+        b.query('COMMIT')
+    finally:
+        admin.query('ALTER SYSTEM RESET zklock.auth_file')
+        admin.query('SELECT pg_reload_conf()')
+        admin.query('DROP ROLE IF EXISTS zklock_sec_nobody')
+
+
+def test_reload_rereads_file(ctx):
+    """The file is read again at a reload: a new identity in it is used
+    from the next call that holds no lock (a new session, nodes owned by
+    the new identity); while a lock is held the session is kept.  (Under
+    a root of its own whose levels are open to both identities: a lock
+    parent made by one identity is closed to the other.)"""
+    root = '/zklock-sec-reload'
+    ctx.kz.ensure_path(root + '/new')           # open ACL
+    path = auth_file(ctx, 'sec-reload', AUTH + '\n')
+    admin = ctx.admin
+    admin.query("LOAD 'zklock'")      # ALTER SYSTEM wants a known setting
+    admin.query('ALTER SYSTEM SET zklock.auth_file = %s', [path])
+    admin.query('SELECT pg_reload_conf()')
+    try:
+        b = ctx.backend('sec-reload')
+        b.query('SET zklock.root = %s', [root])
+        b.query('BEGIN')
+        token_of(b.submit(LOCK_X, ['a', '10 seconds']), 15)
+        sid = b.scalar('SELECT session_id FROM zk_status()')
+        with open(path, 'w') as f:
+            f.write('digest:jobs2:other-' + SECRET + '\n')
+        admin.query('SELECT pg_reload_conf()')
+        # held: the same session serves a second lock
+        assert b.scalar('SELECT 1') == 1    # the backend takes the reload
+        token_of(b.submit(LOCK_X, ['b', '10 seconds']), 15)
+        assert b.scalar('SELECT session_id FROM zk_status()') == sid
+        b.query('COMMIT')
+
+        def new_identity_used():
+            b.query('BEGIN')
+            try:
+                token_of(b.submit(LOCK_X, ['new', '10 seconds']), 15)
+                [name] = ctx.kz.get_children(root + '/new')
+                acls, _ = ctx.kz.get_acls(root + '/new/' + name)
+                return ('digest', 'jobs2') in [
+                    (a.id.scheme, a.id.id.split(':')[0]) for a in acls]
+            finally:
+                b.query('COMMIT')
+                harness.wait_until(
+                    lambda: not ctx.kz.get_children(root + '/new'), 10,
+                    'the node released')
+        # the reload reaches the idle backend before its next command
+        harness.wait_until(new_identity_used, 15, 'the new identity in use')
+        assert b.scalar('SELECT session_id FROM zk_status()') != sid
+    finally:
+        admin.query('ALTER SYSTEM RESET zklock.auth_file')
+        admin.query('SELECT pg_reload_conf()')
+        try:
+            ctx.kz.delete(root, recursive=True)
+        except Exception:
+            pass            # containers made by another identity are reaped

@@ -1302,6 +1302,89 @@ test_decide_non_transitive(void)
 	}
 }
 
+/* ----------------------------------------------------------------
+ * zkr_foreign_exclusive_between
+ * ----------------------------------------------------------------
+ */
+
+static int
+between(const char *const *names, int n, const char *held, const char *self,
+		const char *const *own, int n_own, const char **found)
+{
+	static ZkrContender c[16];
+	int			nc = zkr_collect(names, n, c);
+	int			f = zkr_foreign_exclusive_between(c, nc, held, self, own, n_own);
+
+	*found = f >= 0 ? c[f].name : NULL;
+	return f;
+}
+
+static void
+test_certain_deadlock(void)
+{
+	const char *found;
+
+	{
+		/* our shared 1, a foreign exclusive 2, our exclusive 3 */
+		const char *const names[] = {"_c_a-__READ__0000000001",
+			"_c_f-__WRIT__0000000002", "_c_b-__WRIT__0000000003"};
+
+		ok(between(names, 3, names[0], names[2], NULL, 0, &found) >= 0 &&
+		   strcmp(found, names[1]) == 0,
+		   "deadlock: foreign exclusive between our shared and our exclusive");
+	}
+	{
+		/* only a foreign shared between: it is granted beside ours */
+		const char *const names[] = {"_c_a-__READ__0000000001",
+			"_c_f-__READ__0000000002", "_c_b-__WRIT__0000000003"};
+
+		ok(between(names, 3, names[0], names[2], NULL, 0, &found) == -1,
+		   "deadlock: none with a foreign shared between");
+	}
+	{
+		/* the foreign exclusive is ahead of our shared: no cycle */
+		const char *const names[] = {"_c_f-__WRIT__0000000001",
+			"_c_a-__READ__0000000002", "_c_b-__WRIT__0000000003"};
+
+		ok(between(names, 3, names[1], names[2], NULL, 0, &found) == -1,
+		   "deadlock: none when the exclusive is ahead of our shared");
+	}
+	{
+		/* behind our new node: it waits for us, we do not wait for it */
+		const char *const names[] = {"_c_a-__READ__0000000001",
+			"_c_b-__WRIT__0000000002", "_c_f-__WRIT__0000000003"};
+
+		ok(between(names, 3, names[0], names[1], NULL, 0, &found) == -1,
+		   "deadlock: none when the foreign exclusive is behind us");
+	}
+	{
+		/* a stray of our own between is not a foreign contender */
+		const char *const names[] = {"_c_a-__READ__0000000001",
+			"_c_b-__WRIT__0000000002", "_c_b-__WRIT__0000000003"};
+		const char *const own[] = {"_c_b-__WRIT__0000000002"};
+
+		ok(between(names, 3, names[0], names[2], own, 1, &found) == -1,
+		   "deadlock: our own stray between is not counted");
+	}
+	{
+		/* kazoo and Curator-mutex exclusive names count too */
+		const char *const names[] = {"_c_a-__READ__0000000001",
+			"0123456789abcdef0123456789abcdef__lock__0000000002",
+			"_c_b-__WRIT__0000000003"};
+
+		ok(between(names, 3, names[0], names[2], NULL, 0, &found) >= 0,
+		   "deadlock: a kazoo exclusive between counts");
+	}
+	{
+		/* across the wrap of the sequence counter */
+		const char *const names[] = {"_c_a-__READ__2147483647",
+			"_c_f-__WRIT__-2147483648", "_c_b-__WRIT__-2147483647"};
+
+		ok(between(names, 3, names[0], names[2], NULL, 0, &found) >= 0,
+		   "deadlock: found across the counter wrap");
+	}
+}
+
 int
 main(void)
 {
@@ -1313,6 +1396,7 @@ main(void)
 	test_names();
 	test_protocols();
 	test_decide_non_transitive();
+	test_certain_deadlock();
 
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)

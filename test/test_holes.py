@@ -1,0 +1,417 @@
+"""
+Holes found by review (issue 13): each test here failed on the code
+before its fix.
+
+  * PREPARE TRANSACTION runs the lost-lock check: a lost session-level
+    lock fails the PREPARE with 40001, nothing is prepared; with the lock
+    intact, PREPARE (session locks only) works and COMMIT PREPARED from
+    another backend commits.
+  * A transaction that writes through postgres_fdw (a real loopback
+    server) does not commit the remote side before zklock confirmed its
+    locks, although postgres_fdw registers its transaction callback after
+    zklock's.
+  * DISCARD ALL releases every session-level lock (nodes deleted), as it
+    does advisory locks, for connection poolers.
+  * Shared asked while holding exclusive is granted at once on the
+    exclusive node, even with a foreign exclusive waiter queued, and that
+    waiter is not granted until both holds are gone; exclusive asked while
+    holding shared with a foreign exclusive waiter between is 40P01 at
+    once.
+  * Messages: the lost-lock HINT names zk_unlock_shared for a shared lock
+    and quotes the resource as an SQL literal; the "you don't own" WARNING
+    carries 01000; a node deleted by another client while its owner waits
+    is 55000, not 55P03 (which means "try again").
+  * Re-entrant transaction-level calls cost no memory per call; a timeout
+    too large for a timestamp does not expire at once; the settings'
+    defaults (pg_settings.boot_val).
+
+These tests run on a cluster of their own (max_prepared_transactions,
+postgres_fdw), against the suite's ZooKeeper.
+"""
+
+import os
+import subprocess
+import time
+
+import harness
+from test_multisession import LOCK_X, LOCK_S, expect_sqlstate, token_of, \
+    still_waiting
+
+TIMEOUT = 120
+DB = 'zklock_holes'
+
+
+def setup_module(ctx):
+    pg = harness.PgCluster('holes', {
+        'zklock.hosts': ctx.zk.connect_string,
+        'zklock.root': ctx.root,
+        'zklock.session_timeout': '%ds' % ctx.session_timeout,
+        'zklock.connect_timeout': '%ds' % ctx.connect_timeout,
+        'max_prepared_transactions': 5,
+    }, base_dir=ctx.workdir).start()
+    ctx.shared.pg = pg
+    ctx.shared.clusters = [pg]
+    pg.psql('CREATE DATABASE %s' % DB)
+    pg.psql('CREATE EXTENSION zklock', dbname=DB)
+    pg.psql('CREATE TABLE t (id int)', dbname=DB)
+
+
+def teardown_module(ctx):
+    pg = getattr(ctx.shared, 'pg', None)
+    if pg is not None:
+        pg.stop()
+
+
+def backend(ctx, name):
+    return ctx.backend(name, cluster=ctx.shared.pg, dbname=DB)
+
+
+def node_of(b, res, mode='exclusive'):
+    return b.scalar('SELECT node FROM zk_locks WHERE resource = %s '
+                    'AND mode = %s LIMIT 1', [res, mode])
+
+
+def rows_in(b, value):
+    return b.scalar('SELECT count(*) FROM t WHERE id = %s', [value])
+
+
+def wait_gone(ctx, path, what):
+    harness.wait_until(lambda: ctx.kz.exists(path) is None, 15,
+                       '%s deleted from ZooKeeper' % what)
+
+
+# ---------------------------------------------------------------------------
+# lock loss never commits: PREPARE TRANSACTION, postgres_fdw
+# ---------------------------------------------------------------------------
+
+def test_prepare_fails_on_lost_session_lock(ctx):
+    """A session lock whose node another client deleted: PREPARE
+    TRANSACTION fails with 40001 naming the resource, and nothing is
+    prepared (COMMIT PREPARED could otherwise commit it from elsewhere)."""
+    a = backend(ctx, 'holes-prep')
+    res = 'holes/prepare-lost'
+    token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 15)
+    node = node_of(a, res)
+    ctx.kz.delete(node)
+    a.query('BEGIN')
+    a.query('INSERT INTO t VALUES (101)')
+    e = expect_sqlstate(a.submit("PREPARE TRANSACTION 'zkl_holes_lost'"),
+                        '40001', 20, 'PREPARE with a lost session lock')
+    assert res in str(e), str(e)
+    other = backend(ctx, 'holes-prep-2')
+    assert other.scalar("SELECT count(*) FROM pg_prepared_xacts "
+                        "WHERE gid = 'zkl_holes_lost'") == 0
+    assert rows_in(other, 101) == 0
+    a.query('SELECT zk_unlock_all()')
+
+
+def test_prepare_with_session_lock_allowed(ctx):
+    """With only an intact session lock, PREPARE works (the check passes),
+    COMMIT PREPARED from another backend commits, and the lock is still
+    held afterwards until zk_unlock."""
+    a = backend(ctx, 'holes-prep-ok')
+    res = 'holes/prepare-ok'
+    token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 15)
+    node = node_of(a, res)
+    a.query('BEGIN')
+    a.query('INSERT INTO t VALUES (102)')
+    a.query("PREPARE TRANSACTION 'zkl_holes_ok'")
+    other = backend(ctx, 'holes-prep-ok-2')
+    other.query("COMMIT PREPARED 'zkl_holes_ok'")
+    assert rows_in(other, 102) == 1
+    assert ctx.kz.exists(node) is not None, 'the session lock went'
+    assert a.scalar('SELECT zk_unlock(%s)', [res]) is True
+    wait_gone(ctx, node, 'the unlocked node')
+
+
+def fdw_setup(ctx):
+    pg = ctx.shared.pg
+    if getattr(ctx.shared, 'fdw_ready', False):
+        return
+    for sql in (
+            'CREATE EXTENSION IF NOT EXISTS postgres_fdw',
+            "CREATE SERVER loopback FOREIGN DATA WRAPPER postgres_fdw "
+            "OPTIONS (host '%s', port '%d', dbname '%s')"
+            % (pg.socket_dir, pg.port, DB),
+            'CREATE USER MAPPING FOR postgres SERVER loopback '
+            "OPTIONS (user 'postgres')",
+            'CREATE TABLE remote_t (id int)',
+            "CREATE FOREIGN TABLE ft (id int) SERVER loopback "
+            "OPTIONS (table_name 'remote_t')"):
+        pg.psql(sql, dbname=DB)
+    ctx.shared.fdw_ready = True
+
+
+def fdw_case(ctx, name, value, lock_sql, session):
+    """Lock, write through postgres_fdw, lose the lock, COMMIT: 40001 and
+    the remote row absent."""
+    fdw_setup(ctx)
+    a = backend(ctx, name)
+    res = 'holes/' + name
+    if session:
+        # zklock registers its callback first; postgres_fdw's comes later
+        token_of(a.submit(lock_sql, [res]), 15)
+        a.query('BEGIN')
+    else:
+        a.query('BEGIN')
+        token_of(a.submit(lock_sql, [res]), 15)
+    a.query('INSERT INTO ft VALUES (%s)', [value])
+    ctx.kz.delete(node_of(a, res))
+    e = expect_sqlstate(a.submit('COMMIT'), '40001', 20,
+                        'COMMIT of remote work under a lost lock')
+    assert res in str(e), str(e)
+    check = backend(ctx, name + '-check')
+    assert check.scalar('SELECT count(*) FROM remote_t WHERE id = %s',
+                        [value]) == 0, \
+        'postgres_fdw committed the remote write before zklock checked'
+    if session:
+        a.query('SELECT zk_unlock_all()')
+
+
+def test_fdw_session_lock_checked_before_remote_commit(ctx):
+    fdw_case(ctx, 'fdw-session', 201,
+             'SELECT zk_session_lock_exclusive(%s)', True)
+
+
+def test_fdw_xact_lock_checked_before_remote_commit(ctx):
+    fdw_case(ctx, 'fdw-xact', 202, 'SELECT zk_lock_exclusive(%s)', False)
+
+
+def test_fdw_commit_with_intact_lock(ctx):
+    """The same with the lock intact commits both sides."""
+    fdw_setup(ctx)
+    a = backend(ctx, 'fdw-ok')
+    a.query('BEGIN')
+    token_of(a.submit('SELECT zk_lock_exclusive(%s)', ['holes/fdw-ok']), 15)
+    a.query('INSERT INTO ft VALUES (203)')
+    a.query('COMMIT')
+    assert a.scalar('SELECT count(*) FROM remote_t WHERE id = 203') == 1
+
+
+# ---------------------------------------------------------------------------
+# connection pools: DISCARD ALL
+# ---------------------------------------------------------------------------
+
+def test_discard_all_releases_session_locks(ctx):
+    """DISCARD ALL deletes every session-level node (both modes, re-entrant
+    counts, a lost one acknowledged); another backend gets the locks."""
+    a = backend(ctx, 'holes-discard')
+    token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', ['holes/d1']), 15)
+    token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', ['holes/d1']), 15)
+    token_of(a.submit('SELECT zk_session_lock_shared(%s)', ['holes/d2']), 15)
+    token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', ['holes/d3']), 15)
+    nodes = [node_of(a, 'holes/d1'), node_of(a, 'holes/d2', 'shared'),
+             node_of(a, 'holes/d3')]
+    ctx.kz.delete(nodes[2])              # lost: DISCARD ALL acknowledges it
+    a.query('DISCARD ALL')
+    assert a.scalar('SELECT count(*) FROM zk_locks') == 0
+    for n in nodes[:2]:
+        wait_gone(ctx, n, 'a discarded session lock')
+    b = backend(ctx, 'holes-discard-2')
+    assert b.scalar('SELECT zk_try_session_lock_exclusive(%s)',
+                    ['holes/d1']) is True
+    assert b.scalar('SELECT zk_try_session_lock_exclusive(%s)',
+                    ['holes/d2']) is True
+    b.query('SELECT zk_unlock_all()')
+    # a commit after the DISCARD no longer fails for the lost lock
+    a.query('BEGIN')
+    a.query('INSERT INTO t VALUES (301)')
+    a.query('COMMIT')
+
+
+# ---------------------------------------------------------------------------
+# never hang, never two holders: shared and exclusive in one backend
+# ---------------------------------------------------------------------------
+
+def test_shared_while_exclusive_granted_at_once(ctx):
+    """A holds exclusive (session), B queues exclusive, A asks shared: it
+    is granted at once on A's exclusive node, no new node; B waits while A
+    holds either mode and gets the lock when both are gone."""
+    res = 'holes/sx'
+    a = backend(ctx, 'holes-sx-a')
+    b = backend(ctx, 'holes-sx-b')
+    tok = token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 15)
+    fb = b.submit(LOCK_X, [res, '60 seconds'])
+    ctx.zi.wait_contenders(res, 2)
+    t0 = time.monotonic()
+    a.query('BEGIN')
+    tok_s = token_of(a.submit(LOCK_S, [res, '30 seconds']), 10,
+                     'shared under exclusive')
+    assert time.monotonic() - t0 < 5, 'shared under exclusive waited'
+    assert tok_s == tok, 'shared rides on the exclusive node: same token'
+    assert len(ctx.zi.contenders(res)) == 2, 'a second node was created'
+    # the exclusive goes first: the node stays for the shared hold
+    assert a.scalar('SELECT zk_unlock(%s)', [res]) is True
+    still_waiting([fb], what='foreign exclusive waiter')
+    a.query('COMMIT')                   # the last hold goes
+    token_of(fb, 15, 'foreign exclusive after both holds went')
+    b.query('SELECT 1')
+
+
+def test_exclusive_back_on_handed_over_node(ctx):
+    """After the exclusive hold went and the shared one kept the exclusive
+    node, asking exclusive again is granted at once on that node."""
+    res = 'holes/sx2'
+    a = backend(ctx, 'holes-sx2-a')
+    b = backend(ctx, 'holes-sx2-b')
+    tok = token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 15)
+    token_of(a.submit('SELECT zk_session_lock_shared(%s)', [res]), 10)
+    assert a.scalar('SELECT zk_unlock(%s)', [res]) is True
+    fb = b.submit(LOCK_X, [res, '60 seconds'])
+    ctx.zi.wait_contenders(res, 2)
+    again = token_of(a.submit('SELECT zk_session_lock_exclusive(%s, %s)',
+                              [res, '10 seconds']), 8, 'exclusive again')
+    assert again == tok
+    a.query('SELECT zk_unlock_all()')
+    token_of(fb, 15, 'foreign waiter after zk_unlock_all')
+
+
+def test_exclusive_while_shared_with_waiter_between_is_deadlock(ctx):
+    """A holds shared (session), B queues exclusive behind it, A asks
+    exclusive with no timeout: 40P01 at once (not a wait that never ends),
+    A's new node is deleted, A still holds shared, and B gets the lock
+    once A lets go."""
+    res = 'holes/xs'
+    a = backend(ctx, 'holes-xs-a')
+    b = backend(ctx, 'holes-xs-b')
+    token_of(a.submit('SELECT zk_session_lock_shared(%s)', [res]), 15)
+    shared_node = node_of(a, res, 'shared')
+    fb = b.submit(LOCK_X, [res, '60 seconds'])
+    ctx.zi.wait_contenders(res, 2)
+    t0 = time.monotonic()
+    e = expect_sqlstate(a.submit('SELECT zk_lock_exclusive(%s)', [res]),
+                        '40P01', 10, 'exclusive over own shared')
+    assert time.monotonic() - t0 < 5
+    assert 'deadlock detected' in str(e), str(e)
+    assert e.diag.message_detail and 'shared' in e.diag.message_detail
+    harness.wait_until(
+        lambda: [c.path for c in ctx.zi.contenders(res)][:1] == [shared_node]
+        and len(ctx.zi.contenders(res)) == 2, 10,
+        "A's shared node and B's only (A's exclusive node deleted)")
+    still_waiting([fb], what='foreign exclusive waiter')
+    assert a.scalar('SELECT zk_unlock_shared(%s)', [res]) is True
+    token_of(fb, 15, 'foreign exclusive after A let go')
+
+
+# ---------------------------------------------------------------------------
+# messages and SQLSTATEs
+# ---------------------------------------------------------------------------
+
+def test_lost_shared_hint_and_quoting(ctx):
+    """The HINT for a lost shared session lock names zk_unlock_shared and
+    the resource as an SQL literal (quotes doubled)."""
+    res = "holes/it's"
+    a = backend(ctx, 'holes-hint')
+    token_of(a.submit('SELECT zk_session_lock_shared(%s)', [res]), 15)
+    ctx.kz.delete(node_of(a, res, 'shared'))
+    a.query('BEGIN')
+    e = expect_sqlstate(a.submit('COMMIT'), '40001', 20, 'COMMIT')
+    hint = e.diag.message_hint or ''
+    assert "zk_unlock_shared('holes/it''s')" in hint, hint
+    assert a.scalar('SELECT zk_unlock_shared(%s)', [res]) is True
+
+
+def test_unlock_not_owned_warning_is_class_01(ctx):
+    """zk_unlock of a lock not held warns with SQLSTATE 01000 (a warning's
+    class), shown by psql with VERBOSITY verbose."""
+    pg = ctx.shared.pg
+    r = subprocess.run(
+        harness.as_pg_user([harness.PG_BIN + '/psql', '-X', '-h', pg.socket_dir,
+                            '-p', str(pg.port), '-d', DB, '-v',
+                            'VERBOSITY=verbose', '-c',
+                            "SELECT zk_unlock('holes/not-mine')"]),
+        capture_output=True, text=True, timeout=30)
+    assert "WARNING:  01000: you don't own" in r.stderr, r.stderr
+
+
+def test_node_deleted_while_waiting_is_55000(ctx):
+    """Another client deletes a waiter's node: when the waiter next lists
+    the queue, it fails with 55000 (object not in prerequisite state), not
+    55P03, which means "try again".  Two foreign contenders ahead, so the
+    waiter lists again when the one it watches goes."""
+    res = 'holes/vanish'
+    parent = ctx.zi.parent_path(res)
+    ahead = [ctx.kz.create(parent + '/_c_foreign%d-__WRIT__' % i,
+                           ephemeral=True, sequence=True, makepath=True)
+             for i in range(2)]
+    w = backend(ctx, 'holes-vanish-w')
+    fw = w.submit(LOCK_X, [res, '60 seconds'])
+    cs = ctx.zi.wait_contenders(res, 3)
+    ctx.kz.delete(cs[2].path)           # the waiter's own node
+    ctx.kz.delete(ahead[1])             # the node it watches
+    e = expect_sqlstate(fw, '55000', 15, 'waiter whose node was deleted')
+    assert 'vanished' in str(e), str(e)
+    ctx.kz.delete(ahead[0])
+
+
+# ---------------------------------------------------------------------------
+# resources: memory per re-entrant call, huge timeouts, defaults
+# ---------------------------------------------------------------------------
+
+def top_context_bytes(b):
+    return b.scalar("SELECT sum(used_bytes) FROM pg_backend_memory_contexts "
+                    "WHERE name = 'TopMemoryContext'")
+
+
+def test_reentrant_calls_cost_no_memory(ctx):
+    """200,000 re-entrant transaction-level calls in one transaction keep
+    one count, not one array entry each; ROLLBACK TO SAVEPOINT drops
+    exactly the holds taken after the savepoint."""
+    res = 'holes/reentrant'
+    a = backend(ctx, 'holes-reentrant')
+    a.query('BEGIN')
+    token_of(a.submit('SELECT zk_lock_exclusive(%s)', [res]), 15)
+    before = top_context_bytes(a)
+    a.query('SELECT count(zk_lock_exclusive(%s)) FROM generate_series(1, 200000)',
+            [res], timeout=60)
+    grown = top_context_bytes(a) - before
+    ctx.figure('TopMemoryContext growth over 200,000 re-entrant calls',
+               grown, 'bytes')
+    assert grown < 64 * 1024, 'grew %d bytes' % grown
+    assert a.scalar('SELECT count FROM zk_locks WHERE resource = %s',
+                    [res]) == 200001
+    a.query('SAVEPOINT s')
+    a.query('SELECT count(zk_lock_exclusive(%s)) FROM generate_series(1, 10)',
+            [res])
+    a.query('ROLLBACK TO SAVEPOINT s')
+    assert a.scalar('SELECT count FROM zk_locks WHERE resource = %s',
+                    [res]) == 200001
+    a.query('RELEASE SAVEPOINT s')
+    a.query('COMMIT')
+    assert a.scalar('SELECT count(*) FROM zk_locks') == 0
+
+
+def test_huge_timeout_does_not_expire_at_once(ctx):
+    """A timeout so large that now + timeout overflows a timestamp waits
+    like no timeout (it used to expire at once with 55P03)."""
+    res = 'holes/huge-timeout'
+    a = backend(ctx, 'holes-huge')
+    a.query('BEGIN')
+    token_of(a.submit(LOCK_X, [res, '106751991 days']), 15,
+             'lock with a huge timeout')
+    holder_node = node_of(a, res)
+    b = backend(ctx, 'holes-huge-2')
+    fb = b.submit(LOCK_X, [res, '106751000 days'])
+    ctx.zi.wait_contenders(res, 2)
+    still_waiting([fb], what='waiter with a huge timeout')
+    a.query('COMMIT')
+    wait_gone(ctx, holder_node, 'the released node')
+    token_of(fb, 15, 'waiter with a huge timeout')
+
+
+def test_settings_defaults(ctx):
+    """Every zklock setting's built-in default (pg_settings.boot_val), and
+    that zklock.auth is gone."""
+    b = backend(ctx, 'holes-defaults')
+    b.query("LOAD 'zklock'")
+    got = dict(b.query("SELECT name, boot_val FROM pg_settings "
+                       "WHERE name LIKE 'zklock.%'"))
+    assert got == {
+        'zklock.auth_file': '',
+        'zklock.connect_timeout': '5000',
+        'zklock.hosts': '127.0.0.1:2181',
+        'zklock.protocol': 'curator-rw',
+        'zklock.root': '/zklock',
+        'zklock.session_timeout': '10000',
+        'zklock.verify_at_commit': 'on',
+    }, got
