@@ -33,50 +33,6 @@ is_zklock_node(const ZkqEntry *e)
 		strncmp(e->data, ZKLOCK_DATA_PREFIX, strlen(ZKLOCK_DATA_PREFIX)) == 0;
 }
 
-/*
- * Mark the granted entries.  Exclusive: nothing ahead of it; shared: no
- * exclusive ahead.  As in the recipe, a zklock backend's own nodes (same
- * session, both zklock's) never conflict; nodes of other clients are
- * judged by order alone, since one session may serve many of their
- * threads.  One pass: what is ahead of entry i is summed up by whether
- * every node (every exclusive node) ahead is a zklock node of one single
- * session, and which.
- */
-static void
-mark_holding(ZkqEntry *q, int n)
-{
-	bool		all_one = true;		/* every node ahead: zklock, one session */
-	int64		all_session = 0;
-	int			nexcl = 0;			/* exclusive nodes ahead */
-	bool		excl_one = true;	/* ... all zklock, of one session */
-	int64		excl_session = 0;
-
-	for (int i = 0; i < n; i++)
-	{
-		bool		zk = is_zklock_node(&q[i]);
-		int64		sid = q[i].session_id;
-
-		if (q[i].mode == ZKR_MODE_EXCLUSIVE)
-			q[i].holding = (i == 0) ||
-				(zk && all_one && all_session == sid);
-		else
-			q[i].holding = (nexcl == 0) ||
-				(zk && excl_one && excl_session == sid);
-
-		/* fold entry i into what lies ahead of i + 1 */
-		if (!zk || (i > 0 && all_session != sid))
-			all_one = false;
-		all_session = sid;
-		if (q[i].mode == ZKR_MODE_EXCLUSIVE)
-		{
-			if (!zk || (nexcl > 0 && excl_session != sid))
-				excl_one = false;
-			excl_session = sid;
-			nexcl++;
-		}
-	}
-}
-
 typedef struct QueueReads
 {
 	ZksRequest *list;
@@ -173,7 +129,20 @@ zkq_queue(const char *relpath, int *n)
 	}
 	PG_END_TRY();
 
-	mark_holding(q, k);
+	{
+		ZkrQueued  *judged = palloc(sizeof(ZkrQueued) * Max(k, 1));
+
+		for (int i = 0; i < k; i++)
+		{
+			judged[i].mode = q[i].mode;
+			judged[i].zklock = is_zklock_node(&q[i]);
+			judged[i].session = q[i].session_id;
+		}
+		zkr_mark_holding(judged, k);
+		for (int i = 0; i < k; i++)
+			q[i].holding = judged[i].holding;
+		pfree(judged);
+	}
 	*n = k;
 	return q;
 }

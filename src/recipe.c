@@ -398,6 +398,45 @@ zkr_foreign_exclusive_between(const ZkrContender *c, int n, const char *held,
 	return -1;
 }
 
+/*
+ * One pass: what is ahead of entry i is summed up by whether every node
+ * (every exclusive node) ahead is a zklock node of one single session, and
+ * which.
+ */
+void
+zkr_mark_holding(ZkrQueued *q, int n)
+{
+	bool		all_one = true;		/* every node ahead: zklock, one session */
+	int64_t		all_session = 0;
+	int			nexcl = 0;			/* exclusive nodes ahead */
+	bool		excl_one = true;	/* ... all zklock, of one session */
+	int64_t		excl_session = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		int64_t		sid = q[i].session;
+
+		if (q[i].mode == ZKR_MODE_EXCLUSIVE)
+			q[i].holding = (i == 0) ||
+				(q[i].zklock && all_one && all_session == sid);
+		else
+			q[i].holding = (nexcl == 0) ||
+				(q[i].zklock && excl_one && excl_session == sid);
+
+		/* fold entry i into what lies ahead of entry i + 1 */
+		if (!q[i].zklock || (i > 0 && all_session != sid))
+			all_one = false;
+		all_session = sid;
+		if (q[i].mode == ZKR_MODE_EXCLUSIVE)
+		{
+			if (!q[i].zklock || (nexcl > 0 && excl_session != sid))
+				excl_one = false;
+			excl_session = sid;
+			nexcl++;
+		}
+	}
+}
+
 const char *
 zkr_mode_name(ZkrMode mode)
 {

@@ -169,6 +169,24 @@ extern int	zkr_foreign_exclusive_between(const ZkrContender *c, int n,
 										  const char *held, const char *self,
 										  const char *const *own, int n_own);
 
+/* One contender of a lock's queue as seen from outside (zk_lock_queue). */
+typedef struct ZkrQueued
+{
+	ZkrMode		mode;
+	bool		zklock;			/* written by zklock (its data says so) */
+	int64_t		session;		/* ephemeralOwner */
+	bool		holding;		/* out: granted by the recipe's rules */
+} ZkrQueued;
+
+/*
+ * Mark which contenders of a queue (in recipe order) hold the lock.
+ * Exclusive: nothing ahead of it; shared: no exclusive ahead.  As in the
+ * recipe, a zklock backend's own nodes (same session, both zklock's) never
+ * conflict; nodes of other clients are judged by order alone, since one
+ * of their sessions may serve many threads.  Linear in n.
+ */
+extern void zkr_mark_holding(ZkrQueued *q, int n);
+
 /* "exclusive" / "shared" / "none" */
 extern const char *zkr_mode_name(ZkrMode mode);
 
