@@ -1,0 +1,377 @@
+"""
+Races and lost replies forced at one exact request, through a ZooKeeper
+proxy (test/lib/zkproxy.py) between a backend and the server.
+
+Each test points one backend's ZooKeeper session at its own proxy
+(`SET zklock.hosts`, before the backend's first lock call) and uses the
+runner's kazoo client, connected to the real server, to look on and to
+play the other contenders:
+
+  a  a waiter whose predecessor is gone by the time its watch request is
+     handled must not leave a watch behind (an `exists` watch on a
+     missing node is registered by ZooKeeper and lives as long as the
+     session; a getData watch is not registered on NONODE);
+  b  the sweep that deletes a node whose create reply was lost syncs the
+     server it reads before listing the lock parent;
+  c  a release delete answered with ZSESSIONMOVED (the server did not run
+     it) is sent again after the reconnect, not dropped.
+
+Every test proves that its race really happened (the hook fired, the
+server answered what the race implies), so that a pass is not vacuous.
+"""
+
+import threading
+import time
+import types
+import uuid
+
+import harness
+import zkproxy
+from harness import wait_until
+from test_multisession import LOCK_X, expect_sqlstate, token_of, \
+    watched_under
+from zkproxy import OP_CREATE2, OP_DELETE, OP_EXISTS, OP_GETCHILDREN, \
+    OP_GETCHILDREN2, OP_GETDATA, OP_PING, OP_SYNC, ZNONODE, ZOK, \
+    ZSESSIONMOVED
+
+TIMEOUT = 180
+
+# Forced watch races in test a: enough that a leak of one watch per race
+# stands far above the few watches a session may legitimately hold.
+N_RACES = 150
+WATCH_SLACK = 3
+
+LISTING_OPS = (OP_GETCHILDREN, OP_GETCHILDREN2)
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+class Scene:
+    """One test's proxy, backends and kazoo-made lock parents, all undone
+    on exit, failed test or not: backends closed first (their sessions
+    close through the proxy, so their nodes go at once), then the proxy
+    stopped, then the parents deleted once no contender is left.  After a
+    passing body, leftovers and proxy errors fail the test."""
+
+    def __init__(self, ctx, name):
+        self.ctx = ctx
+        self.name = name
+        self.proxy = zkproxy.ZkProxy(ctx.zk.host_port(1),
+                                     name='zkproxy-' + name)
+        self.backends = []
+        self.parents = []
+        self.holders = []
+
+    def __enter__(self):
+        self.proxy.start()
+        return self
+
+    def backend(self, name):
+        """A backend whose ZooKeeper session goes through the proxy."""
+        b = self.ctx.backend(name)
+        b.query('SET zklock.hosts = %s', [self.proxy.address])
+        self.backends.append(b)
+        return b
+
+    def parent(self, res):
+        """The lock parent of `res`, made here as a plain persistent node:
+        a container made by zklock could be reaped by the server whenever
+        it is empty between two rounds."""
+        path = self.ctx.zi.parent_path(res)
+        self.ctx.kz.ensure_path(path)
+        self.parents.append(path)
+        return path
+
+    def holder(self, parent):
+        """A foreign exclusive contender, named as Curator's
+        InterProcessReadWriteLock names it, owned by the kazoo session."""
+        path = self.ctx.kz.create(
+            parent + '/_c_%s-__WRIT__' % uuid.uuid4(),
+            b'zklock test_proxy: foreign holder', ephemeral=True,
+            sequence=True)
+        self.holders.append(path)
+        return path
+
+    def __exit__(self, exc_type, exc, tb):
+        from kazoo.exceptions import NoNodeError, NotEmptyError
+        kz = self.ctx.kz
+        self.proxy.hook = None
+        for b in self.backends:
+            b.close(timeout=5)
+        self.proxy.stop()
+        for path in self.holders:
+            try:
+                kz.delete(path)
+            except NoNodeError:
+                pass
+        left = []
+        for parent in self.parents:
+            try:
+                wait_until(lambda: not self.ctx.zi.contenders(parent=parent),
+                           self.ctx.session_timeout + 10,
+                           'no contender left under %s' % parent)
+                kz.delete(parent)
+            except TimeoutError:
+                left += [c.path for c in
+                         self.ctx.zi.contenders(parent=parent)]
+            except (NoNodeError, NotEmptyError):
+                pass
+        if exc_type is None:
+            assert not left, 'nodes left behind: %r' % left
+            assert not self.proxy.errors, 'proxy errors:\n%s' \
+                % '\n'.join(self.proxy.errors)
+        return False
+
+
+def zk_status(b):
+    row = b.query('SELECT state, session_id, server, reconnects '
+                  'FROM zk_status()')[0]
+    return types.SimpleNamespace(state=row[0], session_id=row[1],
+                                 server=row[2], reconnects=row[3])
+
+
+def lock_cycle(ctx, b, res, what='lock'):
+    """BEGIN, an exclusive lock, COMMIT; waits until its node is gone.
+    Opens the backend's session the first time."""
+    b.query('BEGIN')
+    tok = token_of(b.submit(LOCK_X, [res, '10 seconds']), 15, what)
+    b.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
+    return tok
+
+
+def describe(reqs):
+    return ', '.join(r.name + (' ' + r.path if r.path else '')
+                     for r in reqs) or 'nothing'
+
+
+# ---------------------------------------------------------------------------
+# tests
+# ---------------------------------------------------------------------------
+
+def test_a_watch_on_vanished_predecessor_registers_nothing(ctx):
+    """N times in one backend: a foreign holder is in the way, and the
+    proxy deletes it (kazoo, synchronously) just before it forwards the
+    backend's watch request on it.  The server answers NONODE, the
+    backend lists again and takes the lock.  Afterwards the backend's
+    session must hold no watch on those N vanished paths."""
+    res = 'proxy-watch-race'
+    with Scene(ctx, 'watch') as sc:
+        parent = sc.parent(res)
+        b = sc.backend('proxy-watch')
+        lock_cycle(ctx, b, res, 'warm-up lock')
+        session = int(zk_status(b).session_id, 16)
+        before = ctx.zk.watch_counts()
+
+        target = {'path': None}
+        raced = []
+
+        def hook(req):
+            # only the watch request on this round's holder, once
+            if (req.op in (OP_EXISTS, OP_GETDATA) and req.watch
+                    and req.path is not None and req.path == target['path']):
+                target['path'] = None
+                ctx.kz.delete(req.path)     # gone before the server reads it
+                raced.append(req)
+
+        sc.proxy.hook = hook
+        for i in range(N_RACES):
+            target['path'] = sc.holder(parent)
+            b.query('BEGIN')
+            token_of(b.submit(LOCK_X, [res, '20 seconds']), 15,
+                     'lock of round %d (the hook fired %d times so far)'
+                     % (i + 1, len(raced)))
+            b.query('COMMIT')
+            assert len(raced) == i + 1, (
+                'round %d: the backend got the lock without a watch request '
+                'on the holder %s (hook fired %d times)'
+                % (i + 1, target['path'], len(raced)))
+        sc.proxy.hook = None
+        ctx.zi.wait_contenders(res, 0)
+
+        # The race was real every time: the server handled each watch
+        # request after the holder was deleted.
+        answers = [r.reply.err if r.reply else None for r in raced]
+        ops = sorted({r.name for r in raced})
+        ctx.figure('a: forced races (hook fired)', len(raced))
+        ctx.figure('a: watch request op used', '/'.join(ops))
+        assert answers == [ZNONODE] * N_RACES, (
+            'every watch request should be answered NONODE (its node '
+            'deleted first); answers: %r' % sorted(set(answers), key=str))
+
+        mine = watched_under(ctx.zk.watches_by_path(), parent, session)
+        after = ctx.zk.watch_counts()
+        growth = after['data'] - before['data']
+        ctx.figure('a: data watches of the session under the parent',
+                   len(mine))
+        ctx.figure('a: server data watches (wchs) growth', growth)
+        ctx.figure('a: server watches (mntr zk_watch_count)',
+                   after['data'] + after['child'])
+        assert len(mine) <= WATCH_SLACK and growth <= WATCH_SLACK, (
+            'after %d rounds whose predecessor was gone before the watch '
+            'request (%s, watch=1), session %#x still watches %d paths '
+            'under %s (server data watches +%d), e.g. %s: a watch request '
+            'on a missing node must register nothing'
+            % (N_RACES, '/'.join(ops), session, len(mine), parent, growth,
+               sorted(mine)[:2]))
+
+
+def test_b_sweep_after_lost_create_reply_syncs_first(ctx):
+    """The backend's create is held in the proxy until the 1-second call
+    has given up (55P03); then it goes to the server, which creates the
+    node, and its reply is swallowed and the connection dropped.  After
+    the reconnect (same session) zklock sweeps: lists the parent and
+    deletes the child with the attempt's prefix.  That listing must come
+    right after a sync on the same connection: a server the session
+    reconnects to may lag the leader and not show the node yet."""
+    res = 'proxy-lost-create-reply'
+    with Scene(ctx, 'sweep') as sc:
+        parent = sc.parent(res)
+        b = sc.backend('proxy-sweep')
+        lock_cycle(ctx, b, res, 'warm-up lock')
+        st0 = zk_status(b)
+
+        release = threading.Event()
+        held = []
+
+        def hook(req):
+            if (req.op == OP_CREATE2 and not held and req.path
+                    and req.path.startswith(parent + '/')):
+                held.append(req)
+                # Holding the hook holds the connection: the listing sent
+                # back to back with the create waits behind it too.
+                # Bounded: a failing test still lets it go.
+                release.wait(30)
+                sc.proxy.on_reply(req.cid, req.xid, swallow=True, drop=True)
+
+        sc.proxy.hook = hook
+        t0 = time.monotonic()
+        expect_sqlstate(b.submit(LOCK_X, [res, '1 second']), '55P03', 10,
+                        'lock call whose create is held')
+        gave_up = time.monotonic() - t0
+        assert held, 'the create never reached the proxy'
+        release.set()
+
+        create = held[0]
+        try:
+            wait_until(lambda: create.reply is not None and
+                       sc.proxy.connection(create.cid).ended, 10,
+                       'the reply to the held create, and the drop')
+        except TimeoutError as e:
+            raise AssertionError('%s: %r, %r' % (
+                e, create.reply, sc.proxy.connection(create.cid))) from None
+        assert create.reply.fate == 'swallowed' and create.reply.err == ZOK, \
+            'the server did not create the node: %r' % create.reply
+        node = create.reply.path
+        ctx.figure('b: call gave up after', gave_up, 's', '%.2f')
+
+        try:
+            wait_until(lambda: ctx.kz.exists(node) is None,
+                       ctx.session_timeout + 10,
+                       'the sweep to delete %s' % node, interval=0.1)
+        except TimeoutError as e:
+            raise AssertionError('%s; requests after the drop: %s' % (
+                e, describe([r for r in sc.proxy.requests()
+                             if r.cid > create.cid and r.op != OP_PING]))) \
+                from None
+
+        st1 = zk_status(b)
+        assert st1.session_id == st0.session_id, \
+            'session changed from %s to %s: it expired' \
+            % (st0.session_id, st1.session_id)
+        assert st1.reconnects > st0.reconnects, \
+            'no reconnect counted (%d -> %d)' \
+            % (st0.reconnects, st1.reconnects)
+
+        # The sweep's listing and what came just before it on its
+        # connection (pings left out: they may fall anywhere).
+        later = [r for r in sc.proxy.requests()
+                 if r.cid > create.cid and r.op != OP_PING]
+        listings = [r for r in later
+                    if r.op in LISTING_OPS and r.path == parent]
+        assert listings, 'no listing of %s after the drop: %s' \
+            % (parent, describe(later))
+        listing = listings[0]
+        same_conn = [r for r in later if r.cid == listing.cid]
+        prev = same_conn[same_conn.index(listing) - 1] \
+            if same_conn.index(listing) > 0 else None
+        ctx.figure('b: request before the sweep listing',
+                   prev.name if prev else 'none')
+        assert prev is not None and prev.op == OP_SYNC, (
+            'the sweep listed %s without a sync first (requests on the new '
+            'connection: %s)' % (parent, describe(same_conn)))
+        assert prev.path == parent, 'the sync went to %s, not %s' \
+            % (prev.path, parent)
+
+        lock_cycle(ctx, b, res, 'lock after the reconnect')
+
+
+def test_c_delete_answered_session_moved_is_retried(ctx):
+    """The release delete of a COMMIT is answered ZSESSIONMOVED without
+    having run: the proxy forwards a harmless exists in its place (same
+    xid, so the answer keeps its place in order) and rewrites the answer
+    to -118.  Then the connection drops.  After the reconnect (same
+    session) the delete must be sent again and the node go; dropped, the
+    node would stay until the backend exits and block the lock."""
+    res = 'proxy-session-moved'
+    with Scene(ctx, 'moved') as sc:
+        sc.parent(res)
+        b = sc.backend('proxy-moved')
+        lock_cycle(ctx, b, res, 'warm-up lock')
+        st0 = zk_status(b)
+
+        b.query('BEGIN')
+        token_of(b.submit(LOCK_X, [res, '10 seconds']), 15)
+        [node] = ctx.zi.wait_contenders(res, 1)
+        faked = []
+
+        def hook(req):
+            if req.op == OP_DELETE and req.path == node.path and not faked:
+                faked.append(req)
+                sc.proxy.on_reply(req.cid, req.xid, err=ZSESSIONMOVED,
+                                  strip_body=True, drop=True)
+                return zkproxy.Verdict(replace=zkproxy.encode_request(
+                    req.xid, OP_EXISTS, req.path, watch=False))
+
+        sc.proxy.hook = hook
+        b.query('COMMIT')
+        try:
+            wait_until(lambda: faked and faked[0].reply is not None, 10,
+                       'the release delete of %s to be answered' % node.path)
+        except TimeoutError as e:
+            raise AssertionError('%s; requests: %s' % (e, describe(
+                sc.proxy.requests()[-8:]))) from None
+        answer = faked[0].reply
+        assert answer.sent_err == ZSESSIONMOVED and answer.err == ZOK, \
+            'the stand-in exists was not answered as planned: %r' % answer
+        assert ctx.kz.exists(node.path) is not None, \
+            'the node went although the server never got its delete'
+
+        wait_until(lambda: zk_status(b).reconnects > st0.reconnects, 20,
+                   'the backend to reconnect')
+        st1 = zk_status(b)
+        assert st1.session_id == st0.session_id, \
+            'session changed from %s to %s: it expired' \
+            % (st0.session_id, st1.session_id)
+
+        gone = True
+        try:
+            wait_until(lambda: ctx.kz.exists(node.path) is None, 10,
+                       'the delete to be sent again', interval=0.1)
+        except TimeoutError:
+            gone = False
+        ctx.figure('c: node deleted after the reconnect', gone)
+        retried = [r for r in sc.proxy.requests(path=node.path)
+                   if r.cid > faked[0].cid and r.op == OP_DELETE]
+        stat = ctx.kz.exists(node.path)
+        assert gone, (
+            'the delete answered SESSIONMOVED was not sent again: %s still '
+            'exists 10 s after the reconnect (owner %s, backend session %s; '
+            'deletes of it on later connections: %d), an orphan until the '
+            'backend exits' % (node.path,
+                               '%#x' % stat.ephemeralOwner if stat else None,
+                               st1.session_id, len(retried)))
+
+        lock_cycle(ctx, b, res, 'lock after the reconnect')
