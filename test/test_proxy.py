@@ -314,7 +314,16 @@ def test_c_delete_answered_session_moved_is_retried(ctx):
     xid, so the answer keeps its place in order) and rewrites the answer
     to -118.  Then the connection drops.  After the reconnect (same
     session) the delete must be sent again and the node go; dropped, the
-    node would stay until the backend exits and block the lock."""
+    node would stay until the backend exits and block the lock.
+
+    Both signals are given because a real server gives either: ZooKeeper
+    since 3.3 (ZOOKEEPER-710) closes the connection of a request whose
+    session has moved instead of answering -118, and libzookeeper hands
+    an -118 answer to the completion and keeps the connection open (so
+    only the drop brings the reconnect that a retry waits for).  The
+    -118 answer is delivered before the end of stream (see
+    ZkProxy.drop), so the completion sees -118, not a connection loss,
+    which zklock already retries."""
     res = 'proxy-session-moved'
     with Scene(ctx, 'moved') as sc:
         sc.parent(res)
@@ -343,11 +352,12 @@ def test_c_delete_answered_session_moved_is_retried(ctx):
         except TimeoutError as e:
             raise AssertionError('%s; requests: %s' % (e, describe(
                 sc.proxy.requests()[-8:]))) from None
+        # The stand-in exists found the node (ZOK) where the delete would
+        # have run: the server never deleted it.  (Whether it is still
+        # there now depends on how fast a fixed zklock retries.)
         answer = faked[0].reply
         assert answer.sent_err == ZSESSIONMOVED and answer.err == ZOK, \
             'the stand-in exists was not answered as planned: %r' % answer
-        assert ctx.kz.exists(node.path) is not None, \
-            'the node went although the server never got its delete'
 
         wait_until(lambda: zk_status(b).reconnects > st0.reconnects, 20,
                    'the backend to reconnect')
