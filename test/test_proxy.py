@@ -25,7 +25,6 @@ import time
 import types
 import uuid
 
-import harness
 import zkproxy
 from harness import wait_until
 from test_multisession import LOCK_X, expect_sqlstate, token_of, \

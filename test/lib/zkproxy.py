@@ -78,7 +78,7 @@ OP_NAMES = {
 OP_CREATE, OP_DELETE, OP_EXISTS, OP_GETDATA = 1, 2, 3, 4
 OP_GETCHILDREN, OP_SYNC, OP_PING, OP_GETCHILDREN2 = 8, 9, 11, 12
 OP_MULTI, OP_CREATE2, OP_CREATE_CONTAINER = 14, 15, 19
-OP_AUTH, OP_SET_WATCHES, OP_CLOSE = 100, 101, -11
+OP_AUTH, OP_SET_WATCHES, OP_SASL, OP_CLOSE = 100, 101, 102, -11
 
 # Requests whose record starts with the path.
 PATH_OPS = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 17, 18, 19, 20, 21,
@@ -92,6 +92,7 @@ XID_NOTIFICATION = -1
 XID_PING = -2
 XID_AUTH = -4
 XID_SET_WATCHES = -8
+XID_NAMES = {XID_AUTH: 'auth', XID_SET_WATCHES: 'setWatches'}
 
 # Error codes a test may want to send (KeeperException.Code).
 ZOK = 0
@@ -189,7 +190,9 @@ class Request:
     watch     the watch flag of exists/getData/getChildren(2), else None
     subops    for a multi: [(op, path), ...] as far as they parse
     time      time.monotonic() on arrival
-    payload   the bytes received (without the length prefix)
+    payload   the bytes received (without the length prefix); None for
+              auth packets, which carry credentials that a test log has
+              no business keeping
     fate      'forwarded', 'replaced', 'lost' (never reached the server)
     reply     the Reply to this xid, once it came (None before, and for
               pings, whose xid is not unique)
@@ -575,8 +578,10 @@ class ZkProxy:
                     req.subops = _parse_multi(d)
             except ProtocolError as e:
                 # forwarded all the same: the server is the judge
-                self._error('conn %d: unparsable request %r: %s'
-                            % (conn.cid, payload[:64], e))
+                self._error('conn %d: unparsable request (%d bytes): %s'
+                            % (conn.cid, len(payload), e))
+            if req.op in (OP_AUTH, OP_SASL):
+                req.payload = None
         with self._lock:
             self._requests.append(req)
         return req
@@ -690,7 +695,7 @@ class ZkProxy:
                         if req.op in CREATE_OPS and rep.err == ZOK:
                             rep.path = d.string()
                     else:
-                        rep.name = OP_NAMES.get(rep.xid, 'reply')
+                        rep.name = XID_NAMES.get(rep.xid, 'reply')
         except ProtocolError as e:
             self._error('conn %d: unparsable reply %r: %s'
                         % (conn.cid, payload[:64], e))
@@ -764,7 +769,8 @@ def _parse_multi(d):
     quietly at an op it cannot skip (the list is for the log only)."""
     ops = []
     for _ in range(100000):
-        op, done, _err = d.int(), d.bool(), d.int()
+        op, done = d.int(), d.bool()
+        d.int()                             # err, -1 in a request
         if done or op == -1:
             break
         path = d.string()
