@@ -426,6 +426,30 @@ check_by_multi(CheckRound *r, TimestampTz deadline)
 	return result;
 }
 
+static int
+count_unconfirmed(CheckRound *r)
+{
+	int			n = 0;
+
+	for (int i = 0; i < r->n; i++)
+		if (!r->checks[i].done)
+			n++;
+	return n;
+}
+
+/* The session ended: every node not yet confirmed went with it. */
+static bool
+all_lost_with_session(CheckRound *r)
+{
+	for (int i = 0; i < r->n; i++)
+		if (!r->checks[i].done)
+		{
+			mark_lost(r->checks[i].lock, ZKL_LOST_SESSION);
+			r->checks[i].done = true;
+		}
+	return true;
+}
+
 /*
  * One round: an exists per unconfirmed node, all sent back to back behind
  * a sync.  Returns false if the round must be repeated after a reconnect,
@@ -448,12 +472,8 @@ check_round(CheckRound *r, TimestampTz deadline, ZksRc *failure)
 	int64		sid = zks_session_id();
 	bool		complete = true;
 	ZksRc		rc;
-	int			unconfirmed = 0;
 
-	for (int i = 0; i < r->n; i++)
-		if (!r->checks[i].done)
-			unconfirmed++;
-	if (unconfirmed >= MULTI_CHECK_MIN)
+	if (count_unconfirmed(r) >= MULTI_CHECK_MIN)
 	{
 		/* multi requests are writes: the leader itself answers them */
 		rc = check_by_multi(r, deadline);
@@ -465,22 +485,9 @@ check_round(CheckRound *r, TimestampTz deadline, ZksRc *failure)
 		if (rc == ZKS_CONNECTION_LOSS)
 			return false;		/* ask again after the reconnect */
 		if (rc == ZKS_SESSION_EXPIRED)
-		{
-			for (int i = 0; i < r->n; i++)
-				if (!r->checks[i].done)
-				{
-					mark_lost(r->checks[i].lock, ZKL_LOST_SESSION);
-					r->checks[i].done = true;
-				}
-			return true;
-		}
+			return all_lost_with_session(r);
 	}
-
-	unconfirmed = 0;
-	for (int i = 0; i < r->n; i++)
-		if (!r->checks[i].done)
-			unconfirmed++;
-	if (unconfirmed == 0)
+	if (count_unconfirmed(r) == 0)
 		return true;
 
 	r->sync = zks_send_sync(zklock_root);
@@ -492,15 +499,7 @@ check_round(CheckRound *r, TimestampTz deadline, ZksRc *failure)
 	if (rc == ZKS_CONNECTION_LOSS)
 		return false;
 	if (rc == ZKS_SESSION_EXPIRED)
-	{
-		for (int i = 0; i < r->n; i++)
-			if (!r->checks[i].done)
-			{
-				mark_lost(r->checks[i].lock, ZKL_LOST_SESSION);
-				r->checks[i].done = true;
-			}
-		return true;
-	}
+		return all_lost_with_session(r);
 	if (rc != ZKS_OK)
 	{
 		*failure = rc;
@@ -887,89 +886,48 @@ typedef enum ZklOp
 	OP_WATCH
 } ZklOp;
 
-/* ERROR for a request ZooKeeper refused (whole messages, for translation) */
+/*
+ * ERROR for a request ZooKeeper refused.  The messages are whole format
+ * strings, marked for translation with gettext_noop and translated by
+ * errmsg(), as PostgreSQL's own aclchk.c does.
+ */
 static void
 zk_failure(Attempt *a, ZklOp op, ZksRc rc)
 {
-	int			code;
+	const char *refused = NULL;
+	const char *failed = NULL;
 
-	if (rc == ZKS_NOAUTH)
-	{
-		code = ERRCODE_INSUFFICIENT_PRIVILEGE;
-		switch (op)
-		{
-			case OP_CREATE_PARENT:
-				ereport(ERROR,
-						(errcode(code),
-						 errmsg("ZooKeeper refused to create lock parent \"%s\" for zklock on \"%s\"",
-								a->parent, a->resource),
-						 errdetail("The node's ACL belongs to another identity."),
-						 errhint("Check the identity in \"zklock.auth_file\" against the one that created \"%s\".",
-								 a->parent)));
-				break;
-			case OP_CREATE_NODE:
-				ereport(ERROR,
-						(errcode(code),
-						 errmsg("ZooKeeper refused to create a node under \"%s\" for zklock on \"%s\"",
-								a->parent, a->resource),
-						 errdetail("The node's ACL belongs to another identity."),
-						 errhint("Check the identity in \"zklock.auth_file\" against the one that created \"%s\".",
-								 a->parent)));
-				break;
-			case OP_LIST:
-				ereport(ERROR,
-						(errcode(code),
-						 errmsg("ZooKeeper refused to list \"%s\" for zklock on \"%s\"",
-								a->parent, a->resource),
-						 errdetail("The node's ACL belongs to another identity."),
-						 errhint("Check the identity in \"zklock.auth_file\" against the one that created \"%s\".",
-								 a->parent)));
-				break;
-			case OP_WATCH:
-				ereport(ERROR,
-						(errcode(code),
-						 errmsg("ZooKeeper refused to watch a contender under \"%s\" for zklock on \"%s\"",
-								a->parent, a->resource),
-						 errdetail("The node's ACL belongs to another identity."),
-						 errhint("Check the identity in \"zklock.auth_file\" against the one that created \"%s\".",
-								 a->parent)));
-				break;
-		}
-	}
-
-	code = (rc == ZKS_SESSION_EXPIRED || rc == ZKS_CONNECTION_LOSS) ?
-		ERRCODE_CONNECTION_FAILURE : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION;
 	switch (op)
 	{
 		case OP_CREATE_PARENT:
-			ereport(ERROR,
-					(errcode(code),
-					 errmsg("could not create lock parent \"%s\" for zklock on \"%s\"",
-							a->parent, a->resource),
-					 zks_errdetail(rc)));
+			refused = gettext_noop("ZooKeeper refused to create lock parent \"%s\" for zklock on \"%s\"");
+			failed = gettext_noop("could not create lock parent \"%s\" for zklock on \"%s\"");
 			break;
 		case OP_CREATE_NODE:
-			ereport(ERROR,
-					(errcode(code),
-					 errmsg("could not create a node under \"%s\" for zklock on \"%s\"",
-							a->parent, a->resource),
-					 zks_errdetail(rc)));
+			refused = gettext_noop("ZooKeeper refused to create a node under \"%s\" for zklock on \"%s\"");
+			failed = gettext_noop("could not create a node under \"%s\" for zklock on \"%s\"");
 			break;
 		case OP_LIST:
-			ereport(ERROR,
-					(errcode(code),
-					 errmsg("could not list \"%s\" for zklock on \"%s\"",
-							a->parent, a->resource),
-					 zks_errdetail(rc)));
+			refused = gettext_noop("ZooKeeper refused to list \"%s\" for zklock on \"%s\"");
+			failed = gettext_noop("could not list \"%s\" for zklock on \"%s\"");
 			break;
 		case OP_WATCH:
-			ereport(ERROR,
-					(errcode(code),
-					 errmsg("could not watch a contender under \"%s\" for zklock on \"%s\"",
-							a->parent, a->resource),
-					 zks_errdetail(rc)));
+			refused = gettext_noop("ZooKeeper refused to watch a contender under \"%s\" for zklock on \"%s\"");
+			failed = gettext_noop("could not watch a contender under \"%s\" for zklock on \"%s\"");
 			break;
 	}
+	if (rc == ZKS_NOAUTH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg(refused, a->parent, a->resource),
+				 errdetail("The node's ACL belongs to another identity."),
+				 errhint("Check the identity in \"zklock.auth_file\" against the one that created \"%s\".",
+						 a->parent)));
+	ereport(ERROR,
+			(errcode(rc == ZKS_SESSION_EXPIRED || rc == ZKS_CONNECTION_LOSS ?
+					 ERRCODE_CONNECTION_FAILURE : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+			 errmsg(failed, a->parent, a->resource),
+			 zks_errdetail(rc)));
 }
 
 /*
