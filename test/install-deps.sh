@@ -11,6 +11,8 @@ PACKAGES=(
     default-jdk-headless                 # javac: test_interop's Curator peer
     libipc-run-perl python3-kazoo python3-psycopg2
     gnuplot-nox clang valgrind debhelper make gcc
+    build-essential                      # g++, libc6-dev, dpkg-dev: test_package's
+                                         # dpkg-buildpackage checks Build-Depends on it
     git                                  # test_package: copy + clean-tree check
     libclang-rt-14-dev                   # make fuzz: libFuzzer + clang's ASan runtime
     libasan8 libubsan1                   # make test SANITIZE=1: gcc's sanitizer runtimes
