@@ -90,6 +90,42 @@ def assert_cleaned_up(ctx, res, before, within, must_create=True):
     return parent_cversion(ctx, res) >= before + 2
 
 
+def session_and_reconnects(b):
+    """(session_id, reconnects) of a backend's zk_status(); the session
+    must be connected."""
+    state, sid, reconnects = b.query(
+        'SELECT state, session_id, reconnects FROM zk_status()')[0]
+    assert state == 'connected' and sid, (state, sid)
+    return sid, reconnects
+
+
+def assert_same_session_reconnected(ctx, b, sid, reconnects, what):
+    """After a freeze: the backend is connected again with the session it
+    had (so its nodes were not removed by an expiry) and counted at least
+    one reconnect (so the connection really was dropped)."""
+    last = {}
+
+    def back():
+        last['row'] = b.query('SELECT state, session_id, reconnects '
+                              'FROM zk_status()')[0]
+        return last['row'][0] == 'connected'
+    try:
+        wait_until(back, ctx.session_timeout + 10,
+                   '%s: the backend to be connected again' % what,
+                   interval=0.2)
+    except TimeoutError as e:
+        raise AssertionError('%s; zk_status() (state, session_id, '
+                             'reconnects) is %r' % (e, last.get('row'))) \
+            from None
+    state, sid_after, reconnects_after = last['row']
+    assert sid_after == sid, (
+        '%s: session %s became %s: the session expired, so the clean-up '
+        'proves nothing about the sweep' % (what, sid, sid_after))
+    assert reconnects_after > reconnects, (
+        '%s: reconnects %d -> %d: the connection was never dropped, so no '
+        'reply was lost' % (what, reconnects, reconnects_after))
+
+
 def test_late_create_is_deleted(ctx):
     """Frozen for less than the client's ping deadline: the reply to the
     create arrives after the call gave up, and the completion deletes the
@@ -115,17 +151,26 @@ def test_lost_create_reply_is_swept(ctx):
     must delete the node) or discards it (then there is nothing to clean).
     Every attempt must end with no contender and as many deletions as
     creations; the test repeats until the server did run the create, so
-    the sweep was really exercised."""
+    the sweep was really exercised.
+
+    An expired session would delete the node too, without any sweep: each
+    attempt checks that the backend kept its ZooKeeper session (same
+    zk_status().session_id, connected) and really reconnected (its
+    reconnects counter grew)."""
     res = 'fault-lost-reply'
     b = ctx.backend('fault-lost')
     freeze = ctx.session_timeout * 0.8
     exercised = 0
     for attempt in range(4):
         before = prepare_parent(ctx, b, res)
+        sid, reconnects = session_and_reconnects(b)
         frozen_call(ctx, b, res, freeze_s=freeze)
 
-        if assert_cleaned_up(ctx, res, before, ctx.session_timeout + 10,
-                             must_create=False):
+        ran = assert_cleaned_up(ctx, res, before, ctx.session_timeout + 10,
+                                must_create=False)
+        assert_same_session_reconnected(ctx, b, sid, reconnects,
+                                        'attempt %d' % (attempt + 1))
+        if ran:
             exercised += 1
             break
         ctx.log('attempt %d: the server discarded the frozen create; again'
