@@ -47,6 +47,13 @@ harness is stopped at exit in any case.  Clusters listed in
 the main cluster's is.  `ctx.figure(name, value, unit)` records a
 measured figure; a module's figures are printed in a FIGURES block at the
 end of its output.
+
+After each module (its teardown included) the runner checks the
+suite's ZooKeeper: no contender-named node anywhere, no ephemeral node,
+no watch (but the runner's own kazoo client's data watches).  It waits up
+to LEFTOVER_WAIT_S for asynchronous releases, then counts one failure for
+the module naming what was left.  Modules that start a ZooKeeper of their
+own check it themselves before stopping it.
 """
 
 import argparse
@@ -500,6 +507,71 @@ def print_figures(modname, figures):
     out('  END FIGURES')
 
 
+# After a module: how long to wait for asynchronous releases (deletes are
+# sent without waiting; a backend that died uncleanly loses its nodes
+# and watches only when its session expires) before a leftover counts.
+LEFTOVER_WAIT_S = 2 * SESSION_TIMEOUT_S + 10
+
+
+def zk_leftovers(suite_ctx):
+    """What no module may leave in the suite's ZooKeeper once its backends
+    are closed: a contender-named node anywhere (lock parents are
+    containers that may linger empty: not counted), an ephemeral node,
+    a data watch of any session but the runner's own kazoo client, or a
+    getChildren watch (the server only counts those: see
+    harness.ZooKeeper.watch_counts; neither the runner's client nor any
+    test sets one).  Returns a list of lines, empty if clean."""
+    zk, kz = suite_ctx.zk, suite_ctx.kz
+    own = kz.client_id[0] if kz.client_id else None
+    problems = []
+    for path in harness.ZkInspector(kz, '/').contender_paths('/'):
+        stat = kz.exists(path)
+        if stat is not None:
+            problems.append('contender node %s (owner session 0x%x)'
+                            % (path, stat.ephemeralOwner))
+    for path, session in sorted(zk.ephemerals().items()):
+        if harness.parse_contender(path.rsplit('/', 1)[1]):
+            continue                      # already named above
+        problems.append('ephemeral node %s (owner session 0x%x)'
+                        % (path, session))
+    for path, sessions in sorted(zk.watches_by_path().items()):
+        for session in sorted(sessions - {own}):
+            problems.append('data watch on %s by session 0x%x'
+                            % (path, session))
+    child = zk.watch_counts()['child']
+    if child:
+        problems.append('%d getChildren watch(es) on the server' % child)
+    return problems
+
+
+def check_zk_clean(results, suite, test, suite_ctx,
+                   timeout=LEFTOVER_WAIT_S):
+    """Wait (bounded) until zk_leftovers() is empty; otherwise count one
+    failure `suite: test` that names every leftover."""
+    last = []
+
+    def clean():
+        last[:] = zk_leftovers(suite_ctx)
+        return not last
+    t0 = time.monotonic()
+    try:
+        harness.wait_until(clean, timeout, 'nothing left in ZooKeeper',
+                           interval=0.5)
+    except TimeoutError:
+        results.fail(suite, test, 'left in ZooKeeper %s after %d s:\n%s'
+                     % (suite_ctx.zk.connect_string, timeout,
+                        '\n'.join('  ' + p for p in last[:50])
+                        + ('\n  ... and %d more' % (len(last) - 50)
+                           if len(last) > 50 else '')))
+        return False
+    except Exception:
+        results.fail(suite, test, 'could not inspect ZooKeeper:\n%s'
+                     % traceback.format_exc())
+        return False
+    out('  ok    %s.%s (%.1f s)' % (suite, test, time.monotonic() - t0))
+    return True
+
+
 def run_module_hook(results, modname, hook, suite_ctx, shared, figures,
                     timeout):
     """Run setup_module/teardown_module like a test (bounded, backends
@@ -542,6 +614,10 @@ def run_python(results, zk, pg, pattern, workdir=None):
         return
     try:
         suite_ctx = SuiteContext(zk, pg, kz, workdir)
+        # whatever an earlier suite (pg_regress) left would otherwise be
+        # blamed on the first module
+        check_zk_clean(results, 'python', 'nothing left in ZooKeeper before '
+                       'the first module', suite_ctx)
         for modname, mod, tests in modules:
             if isinstance(mod, str):          # import failed
                 results.fail(modname, 'import failed', mod)
@@ -586,6 +662,10 @@ def run_python(results, zk, pg, pattern, workdir=None):
                     run_module_hook(results, modname,
                                     (mod, 'teardown_module'), suite_ctx,
                                     shared, figures, setup_timeout)
+            # every backend of the module is closed by now
+            check_zk_clean(results, modname, 'nothing left in ZooKeeper '
+                           '(no contender, ephemeral node or watch)',
+                           suite_ctx)
             print_figures(modname, figures)
             suite_line(results, [modname])
     finally:

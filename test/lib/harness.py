@@ -538,6 +538,40 @@ class ZooKeeper:
             data += int(w.group(1))
         return {'data': data, 'child': total - data}
 
+    def requests_by_session(self, sid=None):
+        """{session id (int): packets the server has received on that
+        session's connection} from `cons`: a session's own requests
+        (pings included), not those of other clients or of four letter
+        words.  A session reconnected to another server starts again
+        from 0 there; sid=None merges every serving server's answer."""
+        counts = {}
+        for s in self._serving_sids(sid):
+            text = self.four_letter(s, 'cons')
+            for m in re.finditer(r'\(([^()]*)\)', text):
+                kv = dict(item.split('=', 1) for item in m.group(1).split(',')
+                          if '=' in item)
+                if 'sid' in kv and 'recved' in kv:
+                    counts[int(kv['sid'], 16)] = int(kv['recved'])
+        return counts
+
+    def ephemerals(self, sid=None):
+        """{path: owner session id (int)} of every ephemeral node, from
+        `dump` (answered by a standalone server or the leader: sid=None
+        asks the current leader)."""
+        sid = sid or self.leader()
+        if sid is None:
+            raise RuntimeError('no leader to ask for dump')
+        result = {}
+        session = None
+        for line in self.four_letter(sid, 'dump', timeout=30).splitlines():
+            text = line.strip()
+            m = re.fullmatch(r'0x([0-9a-fA-F]+):?', text)
+            if m:
+                session = int(m.group(1), 16)
+            elif text.startswith('/') and session is not None:
+                result[text] = session
+        return result
+
 
 # ---------------------------------------------------------------------------
 # PostgreSQL
@@ -1046,6 +1080,36 @@ class ZkInspector:
                 out.append(child)
                 stack.append(child)
         return out
+
+    def contender_paths(self, path='/', skip=('/zookeeper',), batch=2000):
+        """Every contender-named node under `path` (not under `skip`),
+        found by a level-by-level walk with pipelined (asynchronous)
+        getChildren requests, so that a tree of tens of thousands of
+        lingering lock parents is read in a second or two.  Sets no
+        watch."""
+        from kazoo.exceptions import NoNodeError
+        found = []
+        level = [path]
+        while level:
+            nxt = []
+            for i in range(0, len(level), batch):
+                chunk = level[i:i + batch]
+                pending = [(p, self.kz.get_children_async(p)) for p in chunk]
+                for p, res in pending:
+                    try:
+                        children = res.get(timeout=30)
+                    except NoNodeError:
+                        continue
+                    for c in children:
+                        child = p.rstrip('/') + '/' + c
+                        if any(child == k or child.startswith(k + '/')
+                               for k in skip):
+                            continue
+                        if parse_contender(c):
+                            found.append(child)
+                        nxt.append(child)
+            level = nxt
+        return found
 
     def leftovers(self, path=None):
         """Nodes under the root that must not outlive their owner: every
