@@ -361,6 +361,64 @@ def test_d_timeouts(ctx):
         ctx.zi.wait_contenders(res, 0)
 
 
+def test_d2_zero_timeout(ctx):
+    """A timeout of zero never waits: against a holder the call fails at
+    once with 55P03 (not false, unlike the try variants), leaves no node
+    and holds nothing; on a free lock, or beside shared holders for a
+    shared lock, it is granted with a token."""
+    res = 'ms-d2-zero'
+    h, w = ctx.backend('ms-d2-H'), ctx.backend('ms-d2-W')
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, [res, LONG]), 10, 'holder')
+    [held] = ctx.zi.wait_contenders(res, 1)
+    # a lock_timeout far longer than the test must not turn 0 into a wait
+    w.query("SET lock_timeout = '60s'")
+    for label, sql in (
+            ('exclusive', "SELECT zk_lock_exclusive(%s, '0')"),
+            ('shared', "SELECT zk_lock_shared(%s, '0 seconds')"),
+            ('session exclusive',
+             "SELECT zk_session_lock_exclusive(%s, '0')"),
+            ('session shared', "SELECT zk_session_lock_shared(%s, '0')")):
+        t0 = time.monotonic()
+        e = expect_sqlstate(w.submit(sql, [res]), '55P03', 10,
+                            'timeout 0, %s, lock taken' % label)
+        elapsed = time.monotonic() - t0
+        # "at once": a round trip or two, far below any wait (a waiting
+        # call would run into lock_timeout, 60 s)
+        assert elapsed < 2, 'timeout 0 (%s) took %.2f s' % (label, elapsed)
+        assert res in str(e), str(e)
+        wait_until(lambda: only_node(ctx, res, held.name), 5,
+                   'timeout 0 (%s): the refused node to go' % label)
+        assert w.query('SELECT count(*) FROM zk_locks') == [(0,)], label
+    stays(lambda: only_node(ctx, res, held.name),
+          what='only the holder after the refused zero-timeout calls')
+    h.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
+
+    # free: granted, with the node's czxid as token
+    w.query('BEGIN')
+    tok = token_of(w.submit("SELECT zk_lock_exclusive(%s, '0')", [res]), 10,
+                   'timeout 0 on a free lock')
+    [c] = ctx.zi.wait_contenders(res, 1)
+    assert c.czxid == tok, (c, tok)
+    w.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
+
+    # shared beside a shared holder: granted; exclusive: 55P03
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_S, [res, LONG]), 10, 'shared holder')
+    w.query('BEGIN')
+    token_of(w.submit("SELECT zk_lock_shared(%s, '0')", [res]), 10,
+             'timeout 0, shared beside a shared holder')
+    ctx.zi.wait_contenders(res, 2)
+    w.query('COMMIT')
+    expect_sqlstate(w.submit("SELECT zk_lock_exclusive(%s, '0')", [res]),
+                    '55P03', 10, 'timeout 0, exclusive beside a shared holder')
+    h.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
+    w.query('RESET lock_timeout')
+
+
 def test_e_cancel(ctx):
     """pg_cancel_backend on a waiter gives 57014 and leaves no node."""
     res = 'ms-e-cancel'
