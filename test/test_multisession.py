@@ -444,6 +444,58 @@ def test_e_cancel(ctx):
     ctx.zi.wait_contenders(res, 0)
 
 
+def test_e2_predecessor_gives_up(ctx):
+    """H holds, W1 waits behind it and W2 behind W1 (watching W1's node).
+    W1 gives up (its timeout, then in a second round pg_cancel_backend):
+    W2 keeps waiting, now watches H's node (wchp), and gets the lock as
+    soon as H releases."""
+    res = 'ms-e2-gives-up'
+    parent = ctx.zi.parent_path(res)
+    for how in ('timeout', 'cancel'):
+        h = ctx.backend('ms-e2-H-' + how)
+        w1 = ctx.backend('ms-e2-W1-' + how)
+        w2 = ctx.backend('ms-e2-W2-' + how)
+        h.query('BEGIN')
+        tok_h = token_of(h.submit(LOCK_X, [res, LONG]), 10, 'H')
+        [nh] = ctx.zi.wait_contenders(res, 1)
+        w1.query('BEGIN')
+        # W1's timeout must outlast the set-up below on a slow machine
+        f1 = w1.submit(LOCK_X, [res, '6 seconds' if how == 'timeout'
+                                else LONG])
+        ctx.wait_state(w1)
+        n1 = ctx.zi.wait_contenders(res, 2)[1]
+        w2.query('BEGIN')
+        f2 = w2.submit(LOCK_X, [res, LONG])
+        ctx.wait_state(w2)
+        n2 = ctx.zi.wait_contenders(res, 3)[2]
+        check_watches(ctx, parent, {n1.session_id: nh.path,
+                                    n2.session_id: n1.path})
+        still_waiting([f1, f2], what='%s: W1/W2' % how)
+
+        if how == 'timeout':
+            expect_sqlstate(f1, '55P03', 15, 'W1 (its timeout)')
+        else:
+            assert ctx.admin.scalar('SELECT pg_cancel_backend(%s)',
+                                    [w1.pid]) is True
+            expect_sqlstate(f1, '57014', 10, 'W1 (cancelled)')
+        w1.query('ROLLBACK')
+        wait_until(lambda: [c.name for c in ctx.zi.contenders(res)]
+                   == [nh.name, n2.name], 5,
+                   '%s: W1 to remove its node' % how)
+        # W2 did not take the lock: it now watches the holder
+        check_watches(ctx, parent, {n2.session_id: nh.path})
+        still_waiting([f2], what='%s: W2 after W1 gave up' % how)
+        assert ctx.zi.contenders(res)[0].name == nh.name
+
+        h.query('COMMIT')
+        tok_2 = token_of(f2, 10, '%s: W2 after H released' % how)
+        assert tok_2 == n2.czxid and tok_2 > tok_h, (tok_2, n2, tok_h)
+        [c] = ctx.zi.wait_contenders(res, 1)
+        assert c.name == n2.name
+        w2.query('COMMIT')
+        ctx.zi.wait_contenders(res, 0)
+
+
 def test_f_terminate_holder(ctx):
     """pg_terminate_backend(holder): its session closes at backend exit,
     its node vanishes at once and the waiter gets the lock well within
