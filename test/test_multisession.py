@@ -11,6 +11,7 @@ bounds every wait.
 
 import concurrent.futures
 import re
+import subprocess
 import time
 
 import psycopg2
@@ -688,6 +689,39 @@ def test_i_session_scope(ctx):
     ctx.zi.wait_contenders(res, 0, timeout=ctx.session_timeout / 2.0)
     assert time.monotonic() - t0 < ctx.session_timeout / 2.0
     assert o.scalar(TRY_X, [res]) is True
+
+
+def notice_sqlstates(ctx, sql):
+    """Run `sql` with psql at VERBOSITY verbose (a session of its own);
+    returns [(severity, SQLSTATE, message)] of what the server sent."""
+    r = subprocess.run(
+        [harness.PG_BIN + '/psql', '-X', '-q', '-At', '-v', 'ON_ERROR_STOP=1',
+         '-v', 'VERBOSITY=verbose', '-h', ctx.pg.host,
+         '-p', str(ctx.pg.port), '-U', 'postgres', '-d', ctx.dbname,
+         '-c', sql],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, 'psql failed: %s%s' % (r.stdout, r.stderr)
+    return re.findall(r'^(WARNING|NOTICE|ERROR):\s+([0-9A-Z]{5}):\s+(.*)$',
+                      r.stderr, re.M)
+
+
+def test_i2_unlock_warning_sqlstate(ctx):
+    """zk_unlock / zk_unlock_shared of a lock not held at session level
+    return false with a WARNING of SQLSTATE 01000 (warning), not an
+    error class: never held, and held at transaction level only.
+    (Pinned to the code the C is moving to; it was 55P03.)"""
+    got = notice_sqlstates(
+        ctx, "SELECT zk_unlock('ms-i2-never'); "
+             "SELECT zk_unlock_shared('ms-i2-never'); "
+             "BEGIN; SELECT zk_lock_exclusive('ms-i2-xact', '10 seconds'); "
+             "SELECT zk_unlock('ms-i2-xact'); COMMIT;")
+    assert len(got) == 3, got
+    for severity, code, msg in got:
+        assert severity == 'WARNING' and "you don't own" in msg, got
+        assert code == '01000', \
+            'the "you don\'t own" WARNING has SQLSTATE %s, expected 01000' \
+            ' (warning): %s' % (code, msg)
+    ctx.zi.wait_contenders('ms-i2-xact', 0)
 
 
 def test_j_unreachable_ensemble(ctx):
