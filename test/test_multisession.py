@@ -759,6 +759,55 @@ def test_j_unreachable_ensemble(ctx):
     unreachable('backend with a session')
 
 
+def test_j2_lock_parents_are_reaped(ctx):
+    """Lock parents and the levels zklock created above them are CONTAINER
+    nodes: a real ZooKeeper (its own server here, checking containers
+    every second instead of every minute) deletes them once the last lock
+    on the resource is released, and a later lock creates them again."""
+    zk = harness.ZooKeeper(n=1, base_dir=ctx.workdir, name='zk-reap',
+                           container_check_ms=1000).start()
+    kz = b = None
+    try:
+        kz = harness.connect_kazoo(zk.connect_string)
+        zi = harness.ZkInspector(kz, ctx.root)
+        b = ctx.backend('ms-j2-reap')
+        b.query('SET zklock.hosts = %s', [zk.connect_string])
+        res, other = 'ms-reap/a/b', 'ms-reap/a/c'
+        levels = [zi.parent_path(r) for r in ('ms-reap/a/b', 'ms-reap/a/c',
+                                              'ms-reap/a', 'ms-reap')]
+        for rnd in (1, 2):
+            b.query('BEGIN')
+            token_of(b.submit(LOCK_X, [res, '10 seconds']), 15,
+                     'round %d: exclusive' % rnd)
+            token_of(b.submit(LOCK_S, [other, '10 seconds']), 15,
+                     'round %d: shared' % rnd)
+            assert b.scalar('SELECT server FROM zk_status()') == \
+                zk.host_port(1)
+            assert len(zi.contenders(res)) == 1
+            assert len(zi.contenders(other)) == 1
+            b.query('COMMIT')
+            last = {}
+
+            def reaped():
+                last['left'] = [p for p in levels if kz.exists(p)]
+                return not last['left']
+            try:
+                wait_until(reaped, 30, 'round %d: the lock parents to be '
+                           'reaped' % rnd, interval=0.2)
+            except TimeoutError as e:
+                raise AssertionError('%s; still there: %s (children %r)' % (
+                    e, last['left'], {p: kz.get_children(p)
+                                      for p in last['left']
+                                      if kz.exists(p)})) from None
+    finally:
+        if b is not None:
+            b.close()           # its session goes before its server
+        if kz is not None:
+            kz.stop()
+            kz.close()
+        zk.stop()
+
+
 def test_k_nothing_left_behind(ctx):
     """Final check: under the root only (possibly empty) lock parents are
     left; no contender and no ephemeral node from any test."""
