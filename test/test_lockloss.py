@@ -154,6 +154,34 @@ def test_node_deleted_by_operator(ctx):
     assert count_rows(ctx, table) == 0
 
 
+def test_deleted_session_lock_fails_read_only_commit(ctx):
+    """A session-level lock whose node another client deleted: even a
+    read-only transaction (BEGIN; SELECT 1; COMMIT) fails to commit with
+    40001, every time, naming the resource, with a HINT to acknowledge;
+    zk_unlock_all() acknowledges, and the next commit works."""
+    res = 'loss-deleted-session-ro'
+    h = ctx.backend('loss-H-ro')
+    token_of(h.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 10)
+    [node] = ctx.zi.wait_contenders(res, 1)
+    ctx.kz.delete(node.path)
+    for attempt in (1, 2):
+        h.query('BEGIN')
+        assert h.scalar('SELECT 1') == 1
+        e = expect_error(h, 'COMMIT', '40001',
+                         'read-only COMMIT #%d with the lost session lock'
+                         % attempt)
+        assert res in str(e) and 'deleted' in str(e), str(e)
+        assert 'zk_unlock' in (e.diag.message_hint or ''), \
+            e.diag.message_hint
+    h.query('SELECT zk_unlock_all()')
+    assert h.query('SELECT count(*) FROM zk_locks') == [(0,)]
+    h.query('BEGIN')
+    assert h.scalar('SELECT 1') == 1
+    h.query('COMMIT')
+    assert h.scalar('SELECT lost_locks FROM zk_status()') >= 1
+    ctx.zi.wait_contenders(res, 0)
+
+
 def test_verify_at_commit_catches_unnoticed_deletion(ctx):
     """zk_locks is not consulted: the loss is found by the pre-commit
     check alone.  With zklock.verify_at_commit off the same COMMIT goes
