@@ -9,6 +9,7 @@ hands the lock on, and when the holder is resumed its COMMIT must fail
 with 40001 and its rows must not be there.
 """
 
+import concurrent.futures
 import os
 import signal
 import threading
@@ -17,8 +18,8 @@ import time
 import psycopg2
 
 from harness import wait_until
-from test_multisession import (LOCK_X, LONG, expect_sqlstate, token_of,
-                               still_waiting)
+from test_multisession import (LOCK_X, LONG, expect_sqlstate, result,
+                               token_of, still_waiting)
 
 TIMEOUT = 120
 
@@ -249,17 +250,16 @@ def test_lock_queue_across_clients(ctx):
 
     klock = Lock(ctx.kz, parent, identifier='kazoo-service-42',
                  extra_lock_patterns=('__WRIT__', '__READ__'))
-    got = threading.Event()
-    kres = {}
+    kfut = concurrent.futures.Future()      # kazoo's acquire, as for SQL
 
     def kazoo_acquire():
         try:
-            kres['ok'] = klock.acquire(timeout=60)
-        except Exception as e:      # reported below
-            kres['error'] = e
-        got.set()
+            kfut.set_result(klock.acquire(timeout=60))
+        except BaseException as e:          # reported by the future
+            kfut.set_exception(e)
     t = threading.Thread(target=kazoo_acquire, daemon=True)
     t.start()
+    kazoo_session = ctx.kz.client_id[0]
     try:
         ctx.zi.wait_contenders(res, 3)
         q = viewer.query('SELECT position, mode, holding, owner, node '
@@ -270,7 +270,10 @@ def test_lock_queue_across_clients(ctx):
         assert 'pid=%d' % b.pid in q[1][3], q[1]
         assert q[2][3] == 'kazoo-service-42', q[2]
         assert q[2][4].endswith('__lock__' + q[2][4][-10:]), q[2]
-        assert not got.is_set(), 'kazoo got the lock while zklock held it'
+        # kazoo blocks on a watch of its predecessor, B's node
+        node_b = parent + '/' + q[1][4]
+        watched_by(ctx, kazoo_session, parent, node_b)
+        still_waiting([kfut], what='kazoo while A holds')
 
         a.query('COMMIT')
         token_of(fb, 10, 'B after A')
@@ -278,23 +281,45 @@ def test_lock_queue_across_clients(ctx):
                          'zk_lock_queue(%s) ORDER BY position', [res])
         assert [(r[0], r[1]) for r in q] == [(1, True), (2, False)], q
         assert 'pid=%d' % b.pid in q[0][2]
-        still_waiting([], what='kazoo')
-        assert not got.is_set(), 'kazoo got the lock while B held it'
+        # A's release is not kazoo's business: it still waits on B's node
+        watched_by(ctx, kazoo_session, parent, node_b)
+        still_waiting([kfut], what='kazoo while B holds')
 
         b.query('COMMIT')
-        assert got.wait(20), 'kazoo never got the lock'
-        assert kres.get('ok') is True, kres
+        assert result(kfut, 20, 'kazoo acquire after B') is True
         q = viewer.query('SELECT position, holding, owner FROM '
                          'zk_lock_queue(%s)', [res])
         assert q == [(1, True, 'kazoo-service-42')], q
     finally:
-        if got.wait(30) and kres.get('ok'):
+        if not kfut.done():
+            klock.cancel()                  # acquire raises CancelledError
+        try:
+            got = kfut.result(30)
+        except Exception:
+            got = False
+        if got:
             klock.release()
-        else:
-            klock.cancel()
         t.join(10)
     ctx.zi.wait_contenders(res, 0)
     assert viewer.query('SELECT * FROM zk_lock_queue(%s)', [res]) == []
+
+
+def watched_by(ctx, session, parent, node, timeout=10):
+    """Wait until ZooKeeper session `session` watches `node` and nothing
+    else under the lock parent (wchp); returns True."""
+    last = {}
+
+    def ok():
+        wchp = ctx.zk.watches_by_path()
+        last['mine'] = {p for p, ss in wchp.items() if session in ss
+                        and (p == parent or p.startswith(parent + '/'))}
+        return last['mine'] == {node}
+    try:
+        return wait_until(ok, timeout, 'session 0x%x to watch %s'
+                          % (session, node), interval=0.1)
+    except TimeoutError as e:
+        raise AssertionError('%s; it watches %s' % (
+            e, sorted(last.get('mine', ())) or 'nothing')) from None
 
 
 def test_status(ctx):
