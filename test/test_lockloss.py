@@ -183,6 +183,100 @@ def test_deleted_session_lock_fails_read_only_commit(ctx):
     ctx.zi.wait_contenders(res, 0)
 
 
+def test_waiter_loses_its_own_node(ctx):
+    """A waiter's own node goes while it waits.  Deleted by another
+    client: once the contenders ahead of it have released, the waiter
+    must fail with 55000 (object not in prerequisite state; 55P03 would
+    mean a timeout), never be granted a lock that has no node (anyone
+    could take it then), both when one contender is ahead of it (the
+    grant without a new listing) and when two are.  Frozen past the
+    session timeout: it fails with 08006 (connection failure: the
+    session expired).  Either way it leaves no node, and the same
+    backend locks again afterwards.  (55000 is pinned to the code the C
+    is moving to.)"""
+    res = 'loss-waiter-node'
+
+    def variant(how, ahead, sqlstate, label, backends):
+        hs = [ctx.backend('loss-WN-H%d-%s' % (i, how)) for i in range(ahead)]
+        w = ctx.backend('loss-WN-W-%s-%d' % (how, ahead))
+        backends.extend(hs + [w])
+        hs[0].query('BEGIN')
+        token_of(hs[0].submit(LOCK_X, [res, LONG]), 10, 'holder')
+        futs = []
+        for i, x in enumerate(hs[1:]):
+            x.query('BEGIN')
+            futs.append(x.submit(LOCK_X, [res, LONG]))
+            ctx.wait_state(x)
+            ctx.zi.wait_contenders(res, i + 2)
+        w.query('BEGIN')
+        fut = w.submit(LOCK_X, [res, LONG])
+        ctx.wait_state(w)
+        mine = ctx.zi.wait_contenders(res, ahead + 1)[-1]
+        if how == 'deleted':
+            ctx.kz.delete(mine.path)
+            ctx.zi.wait_contenders(res, ahead)
+            still_waiting([fut], what='%s: waiter, holder still holding'
+                          % label)
+            for i, x in enumerate(hs):
+                if i > 0:
+                    token_of(futs[i - 1], 10, '%s: contender #%d' % (label, i))
+                x.query('COMMIT')
+        else:
+            os.kill(w.pid, signal.SIGSTOP)
+            try:
+                # the server expires the frozen waiter's session: its node
+                # goes (the holder still holds)
+                wait_until(lambda: ctx.kz.exists(mine.path) is None,
+                           ctx.session_timeout + 15,
+                           'the frozen waiter\'s session to expire',
+                           interval=0.2)
+            finally:
+                os.kill(w.pid, signal.SIGCONT)
+        try:
+            e = expect_sqlstate(fut, sqlstate, ctx.session_timeout + 15,
+                                'waiter whose node was %s' % label)
+        except AssertionError as failure:
+            if not fut.done() or fut.exception() is not None:
+                raise
+            # granted: show what that means
+            other = ctx.backend('loss-WN-other')
+            backends.append(other)
+            other.query('BEGIN')
+            also = other.scalar('SELECT zk_try_lock_exclusive(%s)', [res])
+            rows = w.query('SELECT state, node FROM zk_locks')
+            other.query('ROLLBACK')
+            raise AssertionError(
+                '%s; its zk_locks: %r; another backend\'s try then %s'
+                % (failure, rows, 'got the lock too: two holders at once'
+                   if also else 'returned false')) from None
+        assert (res if how == 'deleted' else 'expired') in str(e), str(e)
+        w.query('ROLLBACK')
+        if how == 'expired':
+            hs[0].query('COMMIT')
+        ctx.zi.wait_contenders(res, 0)
+        w.query('BEGIN')
+        token_of(w.submit(LOCK_X, [res, '10 seconds']), 15,
+                 '%s: the same waiter locking afterwards' % label)
+        w.query('COMMIT')
+        ctx.zi.wait_contenders(res, 0)
+
+    # every variant runs, so that one failure does not hide the others
+    failures = []
+    for how, ahead, sqlstate in (('deleted', 1, '55000'),
+                                 ('deleted', 2, '55000'),
+                                 ('expired', 1, '08006')):
+        label = '%s, %d ahead' % (how, ahead)
+        backends = []
+        try:
+            variant(how, ahead, sqlstate, label, backends)
+        except AssertionError as e:
+            failures.append(str(e))
+            for b in backends:          # their nodes go with their sessions
+                b.close(timeout=5)
+            ctx.zi.wait_contenders(res, 0)
+    assert not failures, '\n'.join(failures)
+
+
 def test_verify_at_commit_catches_unnoticed_deletion(ctx):
     """zk_locks is not consulted: the loss is found by the pre-commit
     check alone.  With zklock.verify_at_commit off the same COMMIT goes
