@@ -152,6 +152,52 @@ def test_verify_many_in_few_requests(ctx):
         % (sent, n)
 
 
+def session_requests(ctx, b):
+    """Requests ZooKeeper has received from backend b's own session
+    (`cons`: neither other clients nor four letter words count)."""
+    sid = int(b.scalar('SELECT session_id FROM zk_status()'), 16)
+    counts = ctx.zk.requests_by_session()
+    assert sid in counts, 'session 0x%x not in cons: %r' % (sid, counts)
+    return counts[sid]
+
+
+def test_verify_costs_requests_per_commit(ctx):
+    """What zklock.verify_at_commit costs, counted on the backend's own
+    session: a COMMIT of 3 locks sends one multi delete with the check
+    off, and 3 exists more with it on; of 20 locks (the multi "check"
+    path), one multi delete off and one multi check more on.  Off must
+    cost fewer requests per commit than on.  An idle session's ping may
+    land in a window: the least of three commits counts."""
+    b = ctx.backend('bulk-verify-cost')
+    costs = {}
+    for n in (3, 20):
+        prefix = 'bulk-cost-%d' % n
+        for verify in ('off', 'on'):
+            b.query('SET zklock.verify_at_commit = %s' % verify)
+            tries = []
+            for _ in range(3):
+                b.query('BEGIN')
+                assert b.scalar(MANY_X, [prefix, n]) == n
+                before = session_requests(ctx, b)
+                b.query('COMMIT')
+                wait_all_gone(ctx, prefix, 'nodes of %s deleted' % prefix)
+                tries.append(session_requests(ctx, b) - before)
+            costs[(n, verify)] = min(tries)
+            ctx.figure('requests per COMMIT of %d locks, verify_at_commit '
+                       '%s' % (n, verify), min(tries))
+    b.query('RESET zklock.verify_at_commit')
+    for n in (3, 20):
+        off, on = costs[(n, 'off')], costs[(n, 'on')]
+        assert off >= 1, 'COMMIT of %d locks sent no request' % n
+        assert off < on, ('%d locks: verify_at_commit off cost %d requests '
+                          'per COMMIT, on %d: off must cost fewer'
+                          % (n, off, on))
+    # the expected figures: deletes in one multi; the check is one exists
+    # per node below 16 locks and one multi check from 16 on
+    assert costs[(3, 'off')] == 1 and costs[(3, 'on')] == 4, costs
+    assert costs[(20, 'off')] == 1 and costs[(20, 'on')] == 2, costs
+
+
 def test_verify_many_names_the_lost_lock(ctx):
     """One of 300 held nodes deleted by an operator: the multi check fails,
     the exists that follow find which, COMMIT fails with 40001 naming it,
