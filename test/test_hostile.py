@@ -466,7 +466,8 @@ def test_huge_foreign_owner_data(ctx):
 
 def test_ephemeral_lock_parent(ctx):
     """A lock parent (or an ancestor) that another client created as an
-    ephemeral node cannot have children: the lock fails at once with an
+    ephemeral node cannot have children: the lock fails at once with
+    38000 (external routine exception: ZooKeeper refused the create), an
     ERROR naming the path; it neither hangs nor crashes the backend."""
     b = ctx.backend('hostile-ephemeral')
     for res, eph in (('hostile-eph/parent', 'hostile-eph/parent'),
@@ -480,8 +481,8 @@ def test_ephemeral_lock_parent(ctx):
         except psycopg2.Error as e:
             ctx.log('%s: SQLSTATE %s: %s' % (res, e.pgcode,
                                              str(e).splitlines()[0]))
-            assert e.pgcode not in ('XX000', '55P03'), \
-                '%s: SQLSTATE %s %s' % (res, e.pgcode, e)
+            assert e.pgcode == '38000', \
+                '%s: SQLSTATE %s, expected 38000: %s' % (res, e.pgcode, e)
             assert ctx.root in str(e), str(e)
         assert time.monotonic() - t0 < 10, 'the refusal took too long'
         ctx.kz.delete(path)
