@@ -1364,15 +1364,11 @@ run_attempt(Attempt *a)
 				timeout_error(a);
 
 			/*
-			 * The only contender in our way is gone.  Sequence numbers only
-			 * grow, so nothing that could block us can have appeared below
-			 * us since the listing: the lock is ours without listing again.
+			 * Always list again, even when the only contender in our way is
+			 * gone: another client may have deleted our own node meanwhile,
+			 * and only the listing shows it (granting without it handed out
+			 * a lock that had no node, so a second holder could take it).
 			 */
-			if (d.blockers == 1 && zks_only_deleted_since(seen, pred))
-			{
-				pfree(pred);
-				return true;
-			}
 			if (!zks_is_connected())
 				await_reconnect(a);
 		}

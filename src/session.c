@@ -130,8 +130,6 @@ static int	zk_state = 0;		/* last state seen by the watcher */
 static uint64 state_counter = 0;	/* session events seen */
 static uint64 watch_counter = 0;	/* watch events seen */
 static uint64 reconnects = 0;	/* connections re-established */
-static int	last_watch_type = 0;	/* the latest watch event ... */
-static char *last_watch_path = NULL;	/* ... and its path (malloc) */
 static bool ever_connected = false;	/* a CONNECTED event was seen */
 static CleanupTask *tasks = NULL;
 
@@ -462,9 +460,6 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 	else
 	{
 		watch_counter++;
-		last_watch_type = type;
-		free(last_watch_path);
-		last_watch_path = path ? strdup(path) : NULL;
 	}
 	pthread_mutex_unlock(&zks_mutex);
 	wake_backend();
@@ -1680,20 +1675,6 @@ zks_wait_event(ZksEventMark seen, TimestampTz deadline)
 			return false;
 		sleep_on_latch(deadline);
 	}
-}
-
-bool
-zks_only_deleted_since(ZksEventMark seen, const char *path)
-{
-	bool		only;
-
-	pthread_mutex_lock(&zks_mutex);
-	only = (watch_counter == seen.watches + 1 &&
-			state_counter == seen.states &&
-			last_watch_type == ZOO_DELETED_EVENT &&
-			last_watch_path != NULL && strcmp(last_watch_path, path) == 0);
-	pthread_mutex_unlock(&zks_mutex);
-	return only;
 }
 
 bool

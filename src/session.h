@@ -166,12 +166,6 @@ typedef struct ZksEventMark
 extern ZksEventMark zks_event_mark(void);
 extern bool zks_wait_event(ZksEventMark seen, TimestampTz deadline);
 
-/*
- * Was the one and only event since the mark the deletion of path (and the
- * session state unchanged)?
- */
-extern bool zks_only_deleted_since(ZksEventMark seen, const char *path);
-
 /* The current session's id (0 if none), for ownership checks. */
 extern int64 zks_session_id(void);
 

@@ -192,9 +192,9 @@ def test_verify_costs_requests_per_commit(ctx):
         assert off < on, ('%d locks: verify_at_commit off cost %d requests '
                           'per COMMIT, on %d: off must cost fewer'
                           % (n, off, on))
-    # the expected figures: deletes in one multi; the check is one exists
-    # per node below 16 locks and one multi check from 16 on
-    assert costs[(3, 'off')] == 1 and costs[(3, 'on')] == 4, costs
+    # the expected figures: deletes in one multi; the check is a sync and
+    # one exists per node below 16 locks, and one multi check from 16 on
+    assert costs[(3, 'off')] == 1 and costs[(3, 'on')] == 5, costs
     assert costs[(20, 'off')] == 1 and costs[(20, 'on')] == 2, costs
 
 
