@@ -43,6 +43,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "deadlock.h"
 #include "locktable.h"
 #include "session.h"
 #include "zklock.h"
@@ -133,6 +134,7 @@ typedef struct Attempt
 	int64		token;
 	bool		uncertain;		/* a create's reply was lost */
 	bool		waited;			/* had to wait for another contender */
+	ZkdWait		dl;				/* deadlock detection while waiting */
 } Attempt;
 
 static HTAB *lock_table = NULL;
@@ -1360,8 +1362,17 @@ run_attempt(Attempt *a)
 
 		if (rc == ZKS_OK)
 		{
-			if (!zks_wait_event(seen, a->deadline))
-				timeout_error(a);
+			/*
+			 * Wait for the watch; past deadlock_timeout, look for a cycle
+			 * (deadlock.c), which may end this wait with 40P01.
+			 */
+			zkd_wait_begin(&a->dl);
+			while (!zks_wait_event(seen, zkd_wake_at(&a->dl, a->deadline)))
+			{
+				if (a->deadline != 0 && GetCurrentTimestamp() >= a->deadline)
+					timeout_error(a);
+				zkd_check(&a->dl, a->resource, a->node, a->mode, a->deadline);
+			}
 
 			/*
 			 * Always list again, even when the only contender in our way is
@@ -1390,6 +1401,7 @@ abandon_attempt(Attempt *a)
 	zks_done(a->lreq);
 	zks_done(a->ereq);
 	a->creq = a->lreq = a->ereq = NULL;
+	zkd_wait_end(&a->dl);
 	done_parents(a);
 	if (a->node)
 		zks_delete_async(a->node);
@@ -1610,6 +1622,7 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	zks_done(a.creq);
 	zks_done(a.lreq);
 	zks_done(a.ereq);
+	zkd_wait_end(&a.dl);
 	n_grants++;
 	if (a.waited)
 		n_waits++;

@@ -1331,8 +1331,10 @@ zks_send_create(const char *path, const char *data, int datalen,
 	ZksRequest *req = new_request(KIND_CREATE, path);
 	int			zmode;
 
-	req->ephemeral = (mode == ZKS_EPHEMERAL_SEQUENTIAL);
-	zmode = req->ephemeral ? ZOO_EPHEMERAL_SEQUENTIAL : ZOO_CONTAINER;
+	/* an ephemeral node nobody claims is deleted, whatever it is for */
+	req->ephemeral = (mode != ZKS_CONTAINER);
+	zmode = mode == ZKS_EPHEMERAL_SEQUENTIAL ? ZOO_EPHEMERAL_SEQUENTIAL :
+		mode == ZKS_EPHEMERAL ? ZOO_EPHEMERAL : ZOO_CONTAINER;
 	if (zh == NULL)
 		return sent(req, ZINVALIDSTATE);
 	return sent(req, zoo_acreate2(zh, path, data, datalen,

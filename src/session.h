@@ -38,7 +38,8 @@ typedef enum ZksRc
 /* What kind of node zks_send_create makes. */
 typedef enum ZksCreateMode
 {
-	ZKS_EPHEMERAL_SEQUENTIAL,
+	ZKS_EPHEMERAL_SEQUENTIAL,	/* a contender */
+	ZKS_EPHEMERAL,				/* a wait record (deadlock.c) */
 	ZKS_CONTAINER
 } ZksCreateMode;
 

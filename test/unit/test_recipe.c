@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "recipe.h"
+#include "waitgraph.h"
 
 static int	n_tests = 0;
 static int	n_failed = 0;
@@ -1453,6 +1454,119 @@ test_mark_holding(void)
 	ok(secs < 1.0, "mark_holding: 200,000 contenders in %.3f s (the pairwise rule: about 5 s)", secs);
 }
 
+/* ----------------------------------------------------------------
+ * waitgraph: blockers, records, cycles, victims
+ * ----------------------------------------------------------------
+ */
+
+static void
+test_waitgraph(void)
+{
+	{
+		/* queue: A holds S, B waits S (shared beside A), C waits X */
+		const char *const names[] = {"_c_a-__READ__0000000001",
+			"_c_b-__READ__0000000002", "_c_c-__WRIT__0000000003",
+			"_c_d-__WRIT__0000000004"};
+		ZkrContender c[4];
+		int64_t		owners[4];
+		int			out[4];
+		int			nc = zkr_collect(names, 4, c);
+		int			k;
+
+		for (int i = 0; i < nc; i++)
+			owners[i] = (int64_t) (c[i].name[3] - 'a' + 1);	/* a=1, b=2 ... */
+		k = zkw_blockers(c, owners, nc, names[2], ZKR_MODE_EXCLUSIVE, 3, out);
+		ok(k == 2, "blockers: an exclusive waiter waits for both shared ahead");
+		k = zkw_blockers(c, owners, nc, names[1], ZKR_MODE_SHARED, 2, out);
+		ok(k == 0, "blockers: a shared waiter does not wait for shared ahead");
+		k = zkw_blockers(c, owners, nc, names[3], ZKR_MODE_EXCLUSIVE, 4, out);
+		ok(k == 3, "blockers: the last exclusive waits for everyone ahead");
+		/* d's own earlier node never blocks it */
+		owners[0] = 4;
+		k = zkw_blockers(c, owners, nc, names[3], ZKR_MODE_EXCLUSIVE, 4, out);
+		ok(k == 2, "blockers: a node of the waiter's own session is not a blocker");
+		ok(zkw_blockers(c, owners, nc, "_c_z-__WRIT__0000000009",
+						ZKR_MODE_EXCLUSIVE, 9, out) == -1,
+		   "blockers: -1 when self is not in the queue");
+	}
+	{
+		ZkwRecord	r = {7290123456789012345ULL, 4242, ZKR_MODE_SHARED,
+			"/zk lock/a b/_c_x-__READ__0000000001", 0, "a b\nc=d", 0};
+		ZkwRecord	back;
+		char		buf[512];
+		size_t		len;
+
+		r.node_len = strlen(r.node);
+		r.resource_len = strlen(r.resource);
+		len = zkw_format_record(&r, buf, sizeof(buf));
+		ok(len > 0 && zkw_parse_record(buf, len, &back) &&
+		   back.sysid == r.sysid && back.pid == r.pid &&
+		   back.mode == r.mode && back.node_len == r.node_len &&
+		   memcmp(back.node, r.node, r.node_len) == 0 &&
+		   back.resource_len == r.resource_len &&
+		   memcmp(back.resource, r.resource, r.resource_len) == 0,
+		   "record: spaces and newlines in node and resource survive");
+		ok(zkw_format_record(&r, buf, 40) == 0,
+		   "record: too small a buffer is refused");
+		ok(!zkw_parse_record("zklock host=x", 13, &back),
+		   "record: a lock node's owner line is not a record");
+		ok(!zkw_parse_record(buf, 30, &back),
+		   "record: a truncated record is refused");
+		len = zkw_format_record(&r, buf, sizeof(buf));
+		buf[len - 7 - 10 - 3] = 'X';	/* inside the node: its length holds */
+		ok(zkw_parse_record(buf, len, &back), "record: node bytes are opaque");
+		ok(!zkw_parse_record("zklock-wait sysid=1 pid=2 mode=shared node=999:/a resource=",
+							 59, &back),
+		   "record: a node length past the end is refused");
+	}
+	{
+		/* 0 -> 1 -> 2 -> 0, and 2 -> 3 (a dead end) */
+		ZkwVertex	v[4] = {{10, true, 100}, {11, true, 300}, {12, false, 0},
+		{13, true, 200}};
+		ZkwEdge		e[4] = {{0, 1}, {1, 2}, {2, 3}, {2, 0}};
+		int			cyc[4];
+		int			len = zkw_find_cycle(4, e, 4, 0, cyc);
+		int			vi;
+
+		ok(len == 3 && cyc[0] == 0 && cyc[1] == 1 && cyc[2] == 2,
+		   "cycle: 0 -> 1 -> 2 -> 0 found past a dead end");
+		vi = zkw_victim(v, cyc, len);
+		ok(vi == 1, "victim: the youngest record (czxid 300)");
+		ok(zkw_find_cycle(4, e, 4, 3, cyc) == 0,
+		   "cycle: none through a vertex that waits for nobody");
+	}
+	{
+		/* no cycle: a chain and a cycle not through start */
+		ZkwEdge		e[3] = {{0, 1}, {1, 2}, {2, 1}};
+		int			cyc[3];
+
+		ok(zkw_find_cycle(3, e, 3, 0, cyc) == 0,
+		   "cycle: a cycle that does not pass through start is not ours");
+	}
+	{
+		/* every member computes the same victim */
+		ZkwVertex	v[3] = {{5, true, 70}, {6, true, 90}, {7, true, 80}};
+		ZkwEdge		e[3] = {{0, 1}, {1, 2}, {2, 0}};
+		int			cyc[3];
+		int			victims[3];
+
+		for (int s = 0; s < 3; s++)
+		{
+			int			len = zkw_find_cycle(3, e, 3, s, cyc);
+
+			victims[s] = len == 3 ? cyc[zkw_victim(v, cyc, len)] : -1;
+		}
+		ok(victims[0] == 1 && victims[1] == 1 && victims[2] == 1,
+		   "victim: the same member whoever searches");
+	}
+	{
+		ZkwVertex	v[2] = {{1, false, 0}, {2, false, 0}};
+		int			cyc[2] = {0, 1};
+
+		ok(zkw_victim(v, cyc, 2) == -1, "victim: none without records");
+	}
+}
+
 int
 main(void)
 {
@@ -1466,6 +1580,7 @@ main(void)
 	test_decide_non_transitive();
 	test_certain_deadlock();
 	test_mark_holding();
+	test_waitgraph();
 
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)

@@ -1,0 +1,53 @@
+/*-------------------------------------------------------------------------
+ *
+ * deadlock.h
+ *	  Deadlock detection for zklock waits, across clusters and mixed with
+ *	  PostgreSQL's own lock waits on this cluster.
+ *
+ * A waiter that has waited deadlock_timeout publishes a wait record (an
+ * ephemeral node under <zklock.root>/%waits named by its session) and
+ * searches the wait-for graph the records and the lock queues describe.
+ * The one member of a cycle whose record is the youngest raises 40P01.
+ * A lock granted at once, and a wait shorter than deadlock_timeout, cost
+ * no request.
+ *
+ * src/deadlock.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_DEADLOCK_H
+#define ZKLOCK_DEADLOCK_H
+
+#include "datatype/timestamp.h"
+#include "recipe.h"
+#include "session.h"
+
+/* One waiter's detection state (part of an attempt to lock). */
+typedef struct ZkdWait
+{
+	TimestampTz check_at;		/* next search; 0 while not waiting */
+	int			checks;			/* searches so far */
+	char	   *record;			/* our published record's path, or NULL */
+	int64		record_czxid;
+	ZksRequest *req;			/* the record's create, while in flight */
+} ZkdWait;
+
+/* The wait starts now (a no-op if it already started). */
+extern void zkd_wait_begin(ZkdWait *w);
+
+/* When the waiter must wake up: the earlier of deadline and the check. */
+extern TimestampTz zkd_wake_at(ZkdWait *w, TimestampTz deadline);
+
+/*
+ * If the check is due: publish the record (first time), search, and raise
+ * ERROR 40P01 if this waiter is the victim of a cycle seen twice.  Any
+ * trouble asking ZooKeeper just defers the search.  resource and mode are
+ * the lock asked for, node our waiting node's full path.
+ */
+extern void zkd_check(ZkdWait *w, const char *resource, const char *node,
+					  ZkrMode mode, TimestampTz deadline);
+
+/* The wait is over: drop the record.  Never raises ERROR. */
+extern void zkd_wait_end(ZkdWait *w);
+
+#endif							/* ZKLOCK_DEADLOCK_H */

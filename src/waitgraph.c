@@ -1,0 +1,216 @@
+/*-------------------------------------------------------------------------
+ *
+ * waitgraph.c
+ *	  Pure logic of zklock's deadlock detection (see waitgraph.h): blockers
+ *	  of a waiting node, wait records, cycle search and victim choice.
+ *
+ * No PostgreSQL or ZooKeeper calls here: deadlock.c gathers what the
+ * ensemble and the lock manager say and hands it to these functions, and
+ * test/unit exercises them without any server.
+ *
+ * src/waitgraph.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "waitgraph.h"
+
+int
+zkw_blockers(const ZkrContender *c, const int64_t *owners, int n,
+			 const char *self, ZkrMode mode, int64_t self_owner, int *out)
+{
+	int			me = -1;
+	int			k = 0;
+
+	for (int i = 0; i < n; i++)
+		if (strcmp(c[i].name, self) == 0)
+			me = i;
+	if (me < 0)
+		return -1;
+	for (int i = 0; i < n; i++)
+	{
+		if (i == me || zkr_contender_cmp(&c[i], &c[me]) >= 0)
+			continue;
+		if (mode == ZKR_MODE_SHARED && c[i].mode != ZKR_MODE_EXCLUSIVE)
+			continue;
+		if (owners[i] == self_owner)
+			continue;			/* our own node never blocks us */
+		out[k++] = i;
+	}
+	return k;
+}
+
+#define RECORD_TAG "zklock-wait "
+
+size_t
+zkw_format_record(const ZkwRecord *r, char *out, size_t outsize)
+{
+	int			head;
+
+	head = snprintf(out, outsize,
+					RECORD_TAG "sysid=%llu pid=%d mode=%s node=%zu:",
+					(unsigned long long) r->sysid, r->pid,
+					zkr_mode_name(r->mode), r->node_len);
+	if (head < 0 || (size_t) head + r->node_len + 10 + r->resource_len >= outsize)
+		return 0;
+	memcpy(out + head, r->node, r->node_len);
+	head += r->node_len;
+	memcpy(out + head, " resource=", 10);
+	head += 10;
+	memcpy(out + head, r->resource, r->resource_len);
+	head += r->resource_len;
+	out[head] = '\0';
+	return head;
+}
+
+/* Parse "<key>=<unsigned decimal>" at *p, moving past it and one space. */
+static bool
+parse_number(const char **p, const char *end, const char *key,
+			 unsigned long long *value)
+{
+	size_t		klen = strlen(key);
+	const char *q = *p;
+	unsigned long long v = 0;
+	int			digits = 0;
+
+	if ((size_t) (end - q) < klen + 1 || memcmp(q, key, klen) != 0 ||
+		q[klen] != '=')
+		return false;
+	q += klen + 1;
+	while (q < end && *q >= '0' && *q <= '9' && digits < 20)
+	{
+		v = v * 10 + (unsigned long long) (*q - '0');
+		q++;
+		digits++;
+	}
+	if (digits == 0)
+		return false;
+	*value = v;
+	*p = q;
+	return true;
+}
+
+static bool
+expect(const char **p, const char *end, const char *text)
+{
+	size_t		len = strlen(text);
+
+	if ((size_t) (end - *p) < len || memcmp(*p, text, len) != 0)
+		return false;
+	*p += len;
+	return true;
+}
+
+bool
+zkw_parse_record(const char *data, size_t len, ZkwRecord *r)
+{
+	const char *p = data;
+	const char *end = data + len;
+	unsigned long long v;
+
+	memset(r, 0, sizeof(ZkwRecord));
+	if (!expect(&p, end, RECORD_TAG))
+		return false;
+	if (!parse_number(&p, end, "sysid", &v) || !expect(&p, end, " "))
+		return false;
+	r->sysid = v;
+	if (!parse_number(&p, end, "pid", &v) || v > 0x7FFFFFFF ||
+		!expect(&p, end, " mode="))
+		return false;
+	r->pid = (int) v;
+	if (expect(&p, end, "exclusive"))
+		r->mode = ZKR_MODE_EXCLUSIVE;
+	else if (expect(&p, end, "shared"))
+		r->mode = ZKR_MODE_SHARED;
+	else
+		return false;
+	if (!expect(&p, end, " ") || !parse_number(&p, end, "node", &v) ||
+		!expect(&p, end, ":") || v == 0 || v > (unsigned long long) (end - p))
+		return false;
+	r->node = p;
+	r->node_len = (size_t) v;
+	p += v;
+	if (!expect(&p, end, " resource="))
+		return false;
+	r->resource = p;
+	r->resource_len = (size_t) (end - p);
+	return true;
+}
+
+int
+zkw_find_cycle(int nv, const ZkwEdge *e, int ne,
+			   int start, int *cycle)
+{
+	int		   *next_edge;
+	int		   *stack;
+	char	   *seen;
+	int			depth = 0;
+	int			len = 0;
+
+	if (start < 0 || start >= nv)
+		return 0;
+	next_edge = malloc(sizeof(int) * nv);
+	stack = malloc(sizeof(int) * nv);
+	seen = calloc(nv, 1);
+	if (next_edge == NULL || stack == NULL || seen == NULL)
+		goto done;
+
+	/* depth-first from start, looking for an edge back to start */
+	stack[depth++] = start;
+	seen[start] = 1;
+	next_edge[start] = 0;
+	while (depth > 0)
+	{
+		int			u = stack[depth - 1];
+		int			i = next_edge[u];
+
+		while (i < ne && e[i].from != u)
+			i++;
+		if (i == ne)
+		{
+			depth--;			/* every edge of u explored */
+			continue;
+		}
+		next_edge[u] = i + 1;
+		if (e[i].to == start)
+		{
+			/* the path start .. u is the stack itself */
+			for (int k = 0; k < depth; k++)
+				cycle[len++] = stack[k];
+			break;
+		}
+		if (e[i].to < 0 || e[i].to >= nv || seen[e[i].to])
+			continue;
+		seen[e[i].to] = 1;
+		next_edge[e[i].to] = 0;
+		stack[depth++] = e[i].to;
+	}
+
+done:
+	free(next_edge);
+	free(stack);
+	free(seen);
+	return len;
+}
+
+int
+zkw_victim(const ZkwVertex *v, const int *cycle, int len)
+{
+	int			best = -1;
+
+	for (int k = 0; k < len; k++)
+	{
+		const ZkwVertex *x = &v[cycle[k]];
+
+		if (!x->has_record)
+			continue;
+		if (best < 0 || x->record_czxid > v[cycle[best]].record_czxid ||
+			(x->record_czxid == v[cycle[best]].record_czxid &&
+			 x->session > v[cycle[best]].session))
+			best = k;
+	}
+	return best;
+}

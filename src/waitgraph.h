@@ -1,0 +1,101 @@
+/*-------------------------------------------------------------------------
+ *
+ * waitgraph.h
+ *	  Pure logic of zklock's deadlock detection: who waits for whom in a
+ *	  lock's queue, the wait records waiters publish, the search for a
+ *	  cycle through them, and the rule that picks the one victim.
+ *
+ * Nothing declared here calls PostgreSQL or ZooKeeper (deadlock.c does);
+ * it is linked into the unit tests as well.  The caller owns all memory.
+ *
+ * src/waitgraph.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_WAITGRAPH_H
+#define ZKLOCK_WAITGRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "recipe.h"
+
+/*
+ * The contenders a waiter waits for: every contender ahead of self that
+ * conflicts with it (exclusive: all; shared: exclusive ones), except
+ * those owned by the waiter's own session (a backend never conflicts
+ * with its own nodes).  c[] and owners[] are parallel (owners: each
+ * node's ephemeralOwner).  Writes their indexes to out[] (room for n) and
+ * returns how many; -1 if self is not among the contenders.
+ */
+extern int	zkw_blockers(const ZkrContender *c, const int64_t *owners, int n,
+						 const char *self, ZkrMode mode, int64_t self_owner,
+						 int *out);
+
+/* A wait record, as published by a waiter past deadlock_timeout. */
+typedef struct ZkwRecord
+{
+	uint64_t	sysid;			/* PostgreSQL cluster's system identifier */
+	int			pid;			/* backend pid */
+	ZkrMode		mode;
+	const char *node;			/* full path of the waiting node */
+	size_t		node_len;
+	const char *resource;		/* the resource as given to zk_lock_* */
+	size_t		resource_len;
+} ZkwRecord;
+
+/*
+ * Format a record as its node's data:
+ *	 "zklock-wait sysid=<u64> pid=<int> mode=<mode> node=<path> resource=<text>"
+ * The resource comes last and runs to the end of the data (it may hold any
+ * byte).  Returns the length written (without NUL), or 0 if it does not
+ * fit in outsize.
+ */
+extern size_t zkw_format_record(const ZkwRecord *r, char *out, size_t outsize);
+
+/*
+ * Parse a record's data (len bytes, need not be NUL-terminated).  The
+ * record's node and resource point into data.  Returns false if it is not
+ * a record.
+ */
+extern bool zkw_parse_record(const char *data, size_t len, ZkwRecord *r);
+
+/*
+ * The wait-for graph: vertices are ZooKeeper sessions; an edge u -> v
+ * means u waits for v (a node of v's is ahead of u's waiting node, or u's
+ * holder backend waits in PostgreSQL's lock manager for v's backend).
+ * Only vertices with a record (has_record) are waiting in zklock; their
+ * record's czxid orders the waits: the greatest is the youngest.
+ */
+typedef struct ZkwVertex
+{
+	int64_t		session;
+	bool		has_record;
+	int64_t		record_czxid;
+} ZkwVertex;
+
+typedef struct ZkwEdge
+{
+	int			from;
+	int			to;
+} ZkwEdge;
+
+/*
+ * Find a cycle through vertex start.  Writes its vertices, start first,
+ * in the order of the edges, to cycle[] (room for nv) and returns its
+ * length; 0 if there is none.  Bounded by the graph's size.
+ */
+extern int	zkw_find_cycle(int nv, const ZkwEdge *e, int ne, int start,
+						   int *cycle);
+
+/*
+ * The victim of a cycle: the member with a record whose wait is the
+ * youngest (greatest record czxid; ZooKeeper orders every create, so all
+ * members compute the same, whatever their clocks).  That member also
+ * published last, so its own search sees every record of the cycle.
+ * Returns an index into cycle[], or -1 if no member has a record.
+ */
+extern int	zkw_victim(const ZkwVertex *v, const int *cycle, int len);
+
+#endif							/* ZKLOCK_WAITGRAPH_H */

@@ -1,0 +1,314 @@
+"""
+Deadlock detection (issue 15): a cycle of zklock waits, across clusters
+and mixed with PostgreSQL's own lock waits on one cluster, ends within
+deadlock_timeout plus a few round trips with ERROR 40P01 for exactly one
+member, whose DETAIL names every member; the others proceed.  No false
+deadlocks: a long queue, a holder that publishes nothing (kazoo), a cycle
+that breaks by itself.  After each test, no wait record and no node is
+left in ZooKeeper.
+
+Three clusters: the suite's main one and two of this module's own, all on
+the suite's ZooKeeper.
+"""
+
+import time
+
+import psycopg2
+
+import harness
+from test_multisession import expect_sqlstate, token_of
+
+TIMEOUT = 180
+DB = 'zklock_dl'
+DEADLOCK_S = 1.0              # PostgreSQL's default deadlock_timeout
+BOUND_S = DEADLOCK_S + 6      # plus a few round trips, generously
+
+
+def setup_module(ctx):
+    ctx.shared.clusters = []
+    ctx.shared.pgs = [ctx.pg]
+    for name in ('dl-b', 'dl-c'):
+        pg = harness.PgCluster(name, {
+            'zklock.hosts': ctx.zk.connect_string,
+            'zklock.root': ctx.root,
+            'zklock.session_timeout': '%ds' % ctx.session_timeout,
+            'zklock.connect_timeout': '%ds' % ctx.connect_timeout,
+        }, base_dir=ctx.workdir).start()
+        ctx.shared.clusters.append(pg)
+        ctx.shared.pgs.append(pg)
+        pg.psql('CREATE DATABASE %s' % DB)
+        pg.psql('CREATE EXTENSION zklock', dbname=DB)
+    ctx.pg.psql('CREATE TABLE IF NOT EXISTS dl_rows (id int PRIMARY KEY, v int)',
+                dbname=ctx.dbname)
+    ctx.pg.psql('INSERT INTO dl_rows VALUES (1, 0) ON CONFLICT DO NOTHING',
+                dbname=ctx.dbname)
+
+
+def teardown_module(ctx):
+    for pg in getattr(ctx.shared, 'clusters', []):
+        pg.stop()
+
+
+def on(ctx, cluster, name):
+    """A backend on cluster 0 (main), 1 or 2."""
+    if cluster == 0:
+        return ctx.backend(name)
+    return ctx.backend(name, cluster=ctx.shared.pgs[cluster], dbname=DB)
+
+
+def waits_left(ctx):
+    path = ctx.root + '/%waits'
+    return ctx.kz.get_children(path) if ctx.kz.exists(path) else []
+
+
+def settle(ctx, resources):
+    """Nothing of the test left in ZooKeeper: no wait record, no node."""
+    harness.wait_until(lambda: not waits_left(ctx), 15, 'no wait record left')
+    for r in resources:
+        ctx.zi.wait_contenders(r, 0, timeout=15)
+
+
+def outcome(fut, timeout):
+    """'granted', or the SQLSTATE the statement failed with."""
+    try:
+        fut.result(timeout)
+        return 'granted'
+    except psycopg2.Error as e:
+        return e.pgcode
+
+
+def run_cycle(ctx, members, mode='exclusive', scope='xact'):
+    """members: list of (cluster, name).  Member i holds res i and then
+    asks res i+1 (mod n).  Returns (outcomes, seconds to the 40P01, the
+    error)."""
+    n = len(members)
+    tag = 'dl-%s-%s-%d-%d' % (mode, scope, n, int(time.time() * 1000) % 100000)
+    res = ['%s/r%d' % (tag, i) for i in range(n)]
+    lock = {('exclusive', 'xact'): 'SELECT zk_lock_exclusive(%s)',
+            ('shared', 'xact'): 'SELECT zk_lock_shared(%s)',
+            ('exclusive', 'session'): 'SELECT zk_session_lock_exclusive(%s)'}
+    hold_sql = lock[('exclusive', scope)]
+    ask_sql = lock[(mode, scope)] if (mode, scope) in lock else hold_sql
+    bs = [on(ctx, c, '%s-%d' % (name, i)) for i, (c, name) in enumerate(members)]
+    for i, b in enumerate(bs):
+        if scope == 'xact':
+            b.query('BEGIN')
+        token_of(b.submit(hold_sql, [res[i]]), 15, 'hold %s' % res[i])
+    futs = []
+    t0 = time.monotonic()
+    for i, b in enumerate(bs):
+        futs.append(b.submit(ask_sql, [res[(i + 1) % n]]))
+        ctx.zi.wait_contenders(res[(i + 1) % n], 2)
+    t_closed = time.monotonic()
+    # one member fails with 40P01 within the bound; its ERROR ends its
+    # transaction's locks at once, so the others may already be granted
+    deadline = time.monotonic() + BOUND_S + n
+    while not any(f.done() for f in futs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    elapsed = time.monotonic() - t_closed
+    assert any(f.done() for f in futs), \
+        'no member finished within %.1f s' % (BOUND_S + n)
+    outcomes = [None] * n
+    victims = []
+    for i, f in enumerate(futs):
+        if f.done():
+            outcomes[i] = outcome(f, 0)
+            if outcomes[i] == '40P01':
+                victims.append(i)
+    assert len(victims) == 1, 'outcomes so far: %r' % outcomes
+    victim = victims[0]
+    try:
+        futs[victim].result(0)
+    except psycopg2.Error as e:
+        err = e
+    if scope == 'xact':
+        bs[victim].query('ROLLBACK')
+    else:
+        bs[victim].query('SELECT zk_unlock_all()')
+    # the others: each gets its lock once its predecessor in the chain ends
+    order = [(victim - k) % n for k in range(1, n)]
+    for i in order:
+        outcomes[i] = outcome(futs[i], BOUND_S + 5)
+        assert outcomes[i] == 'granted', \
+            'member %d: %s (a second victim?)' % (i, outcomes[i])
+        if scope == 'xact':
+            bs[i].query('COMMIT')
+        else:
+            bs[i].query('SELECT zk_unlock_all()')
+    settle(ctx, res)
+    return outcomes, elapsed, err, bs[victim].pid
+
+
+def check_detail(err, n):
+    detail = err.diag.message_detail or ''
+    assert detail.count('\n') == n - 1, detail
+    assert detail.count('process ') >= n, detail
+    assert err.diag.message_hint, err
+
+
+def waits_cversion(ctx):
+    path = ctx.root + '/%waits'
+    ctx.kz.ensure_path(path)
+    return ctx.kz.exists(path).cversion
+
+
+def test_short_wait_publishes_nothing(ctx):
+    """A wait shorter than deadlock_timeout publishes no record (the
+    records' parent sees no child created); one that lasts longer
+    publishes one, and removes it when granted."""
+    res = 'dl-cost/r'
+    h = on(ctx, 0, 'dl-cost-h')
+    w = on(ctx, 1, 'dl-cost-w')
+    for hold_s, published in ((DEADLOCK_S * 0.3, False),
+                              (DEADLOCK_S * 2.5, True)):
+        before = waits_cversion(ctx)
+        h.query('BEGIN')
+        token_of(h.submit('SELECT zk_lock_exclusive(%s)', [res]), 15)
+        fw = w.submit('SELECT zk_lock_exclusive(%s)', [res])
+        ctx.zi.wait_contenders(res, 2)
+        if published:
+            harness.wait_until(lambda: len(waits_left(ctx)) == 1,
+                               DEADLOCK_S + 5, 'the waiter publishes its record')
+        else:
+            time.sleep(hold_s)          # the length of the wait under test
+        h.query('COMMIT')
+        token_of(fw, 10, 'the waiter')
+        settle(ctx, [res])
+        delta = waits_cversion(ctx) - before
+        assert delta == (2 if published else 0), \
+            'wait of %.1f s: %d changes under %%waits' % (hold_s, delta)
+
+
+def test_two_backends_one_cluster(ctx):
+    outcomes, elapsed, err, _ = run_cycle(ctx, [(0, 'dl1a'), (0, 'dl1b')])
+    ctx.figure('2-cycle, one cluster: 40P01 after', round(elapsed, 2), 's')
+    check_detail(err, 2)
+
+
+def test_two_clusters(ctx):
+    outcomes, elapsed, err, _ = run_cycle(ctx, [(0, 'dl2a'), (1, 'dl2b')])
+    ctx.figure('2-cycle, two clusters: 40P01 after', round(elapsed, 2), 's')
+    check_detail(err, 2)
+    assert 'of cluster' in err.diag.message_detail
+
+
+def test_three_clusters(ctx):
+    outcomes, elapsed, err, _ = run_cycle(
+        ctx, [(0, 'dl3a'), (1, 'dl3b'), (2, 'dl3c')])
+    ctx.figure('3-cycle, three clusters: 40P01 after', round(elapsed, 2), 's')
+    check_detail(err, 3)
+
+
+def test_session_scope(ctx):
+    outcomes, elapsed, err, _ = run_cycle(
+        ctx, [(0, 'dl4a'), (1, 'dl4b')], scope='session')
+    check_detail(err, 2)
+
+
+def test_shared_asked_over_exclusive(ctx):
+    """Each holds exclusive and asks shared of the other's resource."""
+    outcomes, elapsed, err, _ = run_cycle(
+        ctx, [(1, 'dl5a'), (2, 'dl5b')], mode='shared')
+    check_detail(err, 2)
+    assert 'shared zklock' in err.diag.message_detail
+
+
+def test_mixed_row_lock_cycle(ctx):
+    """A holds a row lock and waits for zklock 'm'; B holds 'm' and waits
+    for A's row: neither PostgreSQL's detector nor ZooKeeper sees it
+    alone.  A (the only zklock waiter) gets 40P01, B then gets the row."""
+    res = 'dl-mixed/m'
+    a = ctx.backend('dl-mixed-a')
+    b = ctx.backend('dl-mixed-b')
+    a.query('BEGIN')
+    a.query('UPDATE dl_rows SET v = v + 1 WHERE id = 1')
+    b.query('BEGIN')
+    token_of(b.submit('SELECT zk_lock_exclusive(%s)', [res]), 15)
+    fa = a.submit('SELECT zk_lock_exclusive(%s)', [res])
+    ctx.zi.wait_contenders(res, 2)
+    fb = b.submit('UPDATE dl_rows SET v = v + 1 WHERE id = 1')
+    t0 = time.monotonic()
+    e = expect_sqlstate(fa, '40P01', BOUND_S + 2, 'zklock waiter in a mixed cycle')
+    ctx.figure('mixed cycle: 40P01 after', round(time.monotonic() - t0, 2), 's')
+    assert 'PostgreSQL lock' in (e.diag.message_detail or ''), e.diag.message_detail
+    a.query('ROLLBACK')
+    fb.result(15)
+    b.query('COMMIT')
+    settle(ctx, [res])
+
+
+def test_no_false_deadlock_in_a_long_queue(ctx):
+    """32 backends on two clusters take one lock over and over with short
+    holds for 30 s: many waits pass deadlock_timeout, none is a cycle, and
+    none gets 40P01."""
+    res = 'dl-queue/one'
+    bs = [on(ctx, i % 2, 'dl-q%d' % i) for i in range(32)]
+    end = time.monotonic() + 30
+    counts = {'granted': 0}
+    futs = {}
+    while time.monotonic() < end:
+        for i, b in enumerate(bs):
+            f = futs.get(i)
+            if f is None:
+                futs[i] = b.submit(
+                    'SELECT zk_lock_exclusive(%s), pg_sleep(0.05)', [res])
+            elif f.done():
+                try:
+                    f.result(0)
+                    counts['granted'] += 1
+                except psycopg2.Error as e:
+                    raise AssertionError('false deadlock: %s %s' % (e.pgcode, e))
+                futs[i] = None
+        time.sleep(0.02)
+    for i, f in futs.items():
+        if f is not None:
+            o = outcome(f, 60)
+            assert o == 'granted', 'waiter %d: %s' % (i, o)
+            counts['granted'] += 1
+    ctx.figure('long queue: grants in 30 s, no 40P01', counts['granted'])
+    assert counts['granted'] > 32
+    settle(ctx, [res])
+
+
+def test_cycle_broken_by_a_timeout_has_no_victim(ctx):
+    """A and B close a cycle, but A gives up (its timeout) before
+    deadlock_timeout: B then gets its lock; nobody gets 40P01."""
+    ra, rb = 'dl-broken/a', 'dl-broken/b'
+    a = on(ctx, 0, 'dl-broken-a')
+    b = on(ctx, 1, 'dl-broken-b')
+    a.query('BEGIN')
+    token_of(a.submit('SELECT zk_lock_exclusive(%s)', [ra]), 15)
+    b.query('BEGIN')
+    token_of(b.submit('SELECT zk_lock_exclusive(%s)', [rb]), 15)
+    fa = a.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [rb, '0.6 s'])
+    fb = b.submit('SELECT zk_lock_exclusive(%s)', [ra])
+    expect_sqlstate(fa, '55P03', 10, 'the member that times out')
+    a.query('ROLLBACK')
+    assert outcome(fb, 10) == 'granted'
+    b.query('COMMIT')
+    settle(ctx, [ra, rb])
+
+
+def test_foreign_holder_ends_the_search(ctx):
+    """A holds r1 and waits for r2, held by a kazoo client that waits for
+    r1: a real cycle, but kazoo publishes nothing, so zklock cannot see
+    it: no 40P01 (never a false one), the wait goes on until its timeout."""
+    r1, r2 = 'dl-kazoo/r1', 'dl-kazoo/r2'
+    a = on(ctx, 0, 'dl-kazoo-a')
+    a.query('BEGIN')
+    token_of(a.submit('SELECT zk_lock_exclusive(%s)', [r1]), 15)
+    kparent = ctx.zi.parent_path(r2)
+    knode = ctx.kz.create(kparent + '/_c_kazoo0-__WRIT__', ephemeral=True,
+                          sequence=True, makepath=True)
+    kwait = ctx.kz.create(ctx.zi.parent_path(r1) + '/_c_kazoo1-__WRIT__',
+                          ephemeral=True, sequence=True, makepath=True)
+    try:
+        e = expect_sqlstate(
+            a.submit('SELECT zk_lock_exclusive(%s, %s::interval)',
+                     [r2, '%d s' % int(DEADLOCK_S * 4)]),
+            '55P03', DEADLOCK_S * 4 + 5, 'waiter behind a kazoo holder')
+    finally:
+        ctx.kz.delete(kwait)
+        ctx.kz.delete(knode)
+    a.query('ROLLBACK')
+    settle(ctx, [r1, r2])
