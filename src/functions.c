@@ -329,8 +329,9 @@ zk_lock_queue(PG_FUNCTION_ARGS)
 	q = zkq_queue(relpath, &n);
 	for (int i = 0; i < n; i++)
 	{
-		Datum		values[7];
-		bool		nulls[7] = {0};
+		/* the 8th column came in 1.1; a 1.0 definition reads 7 */
+		Datum		values[8];
+		bool		nulls[8] = {0};
 
 		values[0] = Int32GetDatum(q[i].position);
 		values[1] = CStringGetTextDatum(zkr_mode_name(q[i].mode));
@@ -339,6 +340,10 @@ zk_lock_queue(PG_FUNCTION_ARGS)
 		values[4] = BoolGetDatum(q[i].holding);
 		values[5] = session_id_datum(q[i].session_id);
 		values[6] = Int64GetDatum(q[i].czxid);
+		if (q[i].waits_for != NULL)
+			values[7] = CStringGetTextDatum(q[i].waits_for);
+		else
+			nulls[7] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -140,7 +140,11 @@ zkq_queue(const char *relpath, int *n)
 		}
 		zkr_mark_holding(judged, k);
 		for (int i = 0; i < k; i++)
+		{
 			q[i].holding = judged[i].holding;
+			q[i].waits_for = judged[i].waits_for >= 0 ?
+				q[judged[i].waits_for].node : NULL;
+		}
 		pfree(judged);
 	}
 	*n = k;

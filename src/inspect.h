@@ -20,6 +20,7 @@ typedef struct ZkqEntry
 	char	   *data;			/* the node's data: its owner's own words */
 	int			data_len;
 	bool		holding;		/* granted, by the recipe's rules */
+	char	   *waits_for;		/* node it waits for (NULL if holding) */
 	int64		session_id;		/* ephemeralOwner */
 	int64		czxid;			/* its fencing token */
 } ZkqEntry;

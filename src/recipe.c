@@ -403,36 +403,58 @@ zkr_foreign_exclusive_between(const ZkrContender *c, int n, const char *held,
  * (every exclusive node) ahead is a zklock node of one single session, and
  * which.
  */
+/*
+ * One pass.  What lies ahead of entry i is summed up by two runs: the
+ * longest tail of the nodes ahead that are zklock nodes of one session
+ * (those never conflict with a zklock node of that session), and the same
+ * among the exclusive nodes ahead.  The nearest conflicting node ahead is
+ * then the last node before the run, if the run is i's own, else the
+ * last node.
+ */
 void
 zkr_mark_holding(ZkrQueued *q, int n)
 {
-	bool		all_one = true;		/* every node ahead: zklock, one session */
-	int64_t		all_session = 0;
-	int			nexcl = 0;			/* exclusive nodes ahead */
-	bool		excl_one = true;	/* ... all zklock, of one session */
-	int64_t		excl_session = 0;
+	int			run_start = 0;	/* tail of nodes ahead: [run_start, i) */
+	bool		run_valid = false;	/* ... all zklock, one session */
+	int64_t		run_session = 0;
+	int			last_excl = -1; /* the last exclusive node ahead */
+	int			erun_before = -1;	/* exclusive node before the exclusive
+									 * run */
+	bool		erun_valid = false;
+	int64_t		erun_session = 0;
 
 	for (int i = 0; i < n; i++)
 	{
 		int64_t		sid = q[i].session;
+		bool		own_run = q[i].zklock && run_valid && run_session == sid;
+		bool		own_erun = q[i].zklock && erun_valid && erun_session == sid;
 
 		if (q[i].mode == ZKR_MODE_EXCLUSIVE)
-			q[i].holding = (i == 0) ||
-				(q[i].zklock && all_one && all_session == sid);
+			q[i].waits_for = own_run ? run_start - 1 : i - 1;
 		else
-			q[i].holding = (nexcl == 0) ||
-				(q[i].zklock && excl_one && excl_session == sid);
+			q[i].waits_for = own_erun ? erun_before : last_excl;
+		q[i].holding = (q[i].waits_for < 0);
 
-		/* fold entry i into what lies ahead of entry i + 1 */
-		if (!q[i].zklock || (i > 0 && all_session != sid))
-			all_one = false;
-		all_session = sid;
+		/* fold entry i into the runs ahead of entry i + 1 */
+		if (!q[i].zklock)
+			run_valid = false;
+		else if (!own_run)
+		{
+			run_start = i;
+			run_valid = true;
+			run_session = sid;
+		}
 		if (q[i].mode == ZKR_MODE_EXCLUSIVE)
 		{
-			if (!q[i].zklock || (nexcl > 0 && excl_session != sid))
-				excl_one = false;
-			excl_session = sid;
-			nexcl++;
+			if (!q[i].zklock)
+				erun_valid = false;
+			else if (!own_erun)
+			{
+				erun_before = last_excl;
+				erun_valid = true;
+				erun_session = sid;
+			}
+			last_excl = i;
 		}
 	}
 }

@@ -176,14 +176,18 @@ typedef struct ZkrQueued
 	bool		zklock;			/* written by zklock (its data says so) */
 	int64_t		session;		/* ephemeralOwner */
 	bool		holding;		/* out: granted by the recipe's rules */
+	int			waits_for;		/* out: index of the nearest conflicting
+								 * contender ahead (the one the recipe
+								 * watches), -1 if holding */
 } ZkrQueued;
 
 /*
- * Mark which contenders of a queue (in recipe order) hold the lock.
- * Exclusive: nothing ahead of it; shared: no exclusive ahead.  As in the
- * recipe, a zklock backend's own nodes (same session, both zklock's) never
- * conflict; nodes of other clients are judged by order alone, since one
- * of their sessions may serve many threads.  Linear in n.
+ * Mark which contenders of a queue (in recipe order) hold the lock, and
+ * whom each of the others waits for.  Exclusive: nothing ahead of it;
+ * shared: no exclusive ahead.  As in the recipe, a zklock backend's own
+ * nodes (same session, both zklock's) never conflict; nodes of other
+ * clients are judged by order alone, since one of their sessions may
+ * serve many threads.  Linear in n.
  */
 extern void zkr_mark_holding(ZkrQueued *q, int n);
 

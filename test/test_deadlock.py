@@ -312,3 +312,67 @@ def test_foreign_holder_ends_the_search(ctx):
         ctx.kz.delete(knode)
     a.query('ROLLBACK')
     settle(ctx, [r1, r2])
+
+
+def test_queue_shows_waits_for(ctx):
+    """zk_lock_queue names the node each waiter waits for: the nearest
+    conflicting contender ahead (a shared waiter skips shared ones)."""
+    res = 'dl-queue-view/r'
+    h = on(ctx, 0, 'dl-view-h')
+    x = on(ctx, 1, 'dl-view-x')
+    s = on(ctx, 2, 'dl-view-s')
+    h.query('BEGIN')
+    token_of(h.submit('SELECT zk_lock_shared(%s)', [res]), 15)
+    fx = x.submit('SELECT zk_lock_exclusive(%s)', [res])
+    ctx.zi.wait_contenders(res, 2)
+    fs = s.submit('SELECT zk_lock_shared(%s)', [res])
+    ctx.zi.wait_contenders(res, 3)
+    rows = h.query('SELECT node, mode, holding, waits_for FROM '
+                   'zk_lock_queue(%s) ORDER BY position', [res])
+    assert [(r[1], r[2]) for r in rows] == [
+        ('shared', True), ('exclusive', False), ('shared', False)], rows
+    assert rows[0][3] is None
+    assert rows[1][3] == rows[0][0], rows     # exclusive waits for the holder
+    assert rows[2][3] == rows[1][0], rows     # shared waits for the exclusive
+    h.query('COMMIT')
+    token_of(fx, 10)
+    token_of(fs, 10)
+    settle(ctx, [res])
+
+
+def test_update_from_1_0(ctx):
+    """ALTER EXTENSION zklock UPDATE from 1.0: the new column appears, a
+    role granted zk_lock_queue keeps its grant, and the functions match a
+    fresh 1.1 install."""
+    pg = ctx.shared.pgs[1]
+    for db in ('zklock_upd', 'zklock_fresh'):
+        pg.psql('DROP DATABASE IF EXISTS %s' % db)
+        pg.psql('CREATE DATABASE %s' % db)
+    pg.psql('DROP ROLE IF EXISTS zklock_upd_viewer')
+    pg.psql('CREATE ROLE zklock_upd_viewer')
+    pg.psql("CREATE EXTENSION zklock VERSION '1.0'", dbname='zklock_upd')
+    pg.psql('GRANT EXECUTE ON FUNCTION zk_lock_queue(text) '
+            'TO zklock_upd_viewer', dbname='zklock_upd')
+    pg.psql('ALTER EXTENSION zklock UPDATE', dbname='zklock_upd')
+    pg.psql('CREATE EXTENSION zklock', dbname='zklock_fresh')
+    q = ("SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid) "
+         "|| ' -> ' || pg_get_function_result(p.oid), "
+         "p.proacl::text FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid "
+         "JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'zklock' "
+         "ORDER BY 1")
+    upd = ctx.backend('dl-upd', cluster=pg, dbname='zklock_upd')
+    fresh = ctx.backend('dl-fresh', cluster=pg, dbname='zklock_fresh')
+    assert upd.scalar("SELECT extversion FROM pg_extension "
+                      "WHERE extname = 'zklock'") == '1.1'
+    got = [(r[0], r[1]) for r in upd.query(q)]
+    want = [(r[0], r[1]) for r in fresh.query(q)]
+    assert got == want, (got, want)
+    assert 'waits_for text' in dict(got)['zk_lock_queue(text)']
+    upd.query('SET ROLE zklock_upd_viewer')
+    assert upd.query('SELECT * FROM zk_lock_queue(%s)', ['dl-upd/none']) == []
+    upd.query('RESET ROLE')
+    upd.close()
+    fresh.close()
+    for db in ('zklock_upd', 'zklock_fresh'):
+        pg.psql('DROP DATABASE %s WITH (FORCE)' % db)
+    pg.psql('DROP ROLE zklock_upd_viewer')

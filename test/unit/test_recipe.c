@@ -1392,19 +1392,33 @@ test_certain_deadlock(void)
  * ----------------------------------------------------------------
  */
 
-/* The rule as written, pair by pair (quadratic): the reference. */
+/* The rule as written, pair by pair (quadratic): does j block i? */
+static bool
+blocks(const ZkrQueued *q, int i, int j)
+{
+	if (q[i].mode == ZKR_MODE_SHARED && q[j].mode != ZKR_MODE_EXCLUSIVE)
+		return false;
+	if (q[j].session == q[i].session && q[i].zklock && q[j].zklock)
+		return false;
+	return true;
+}
+
 static bool
 holding_reference(const ZkrQueued *q, int i)
 {
 	for (int j = 0; j < i; j++)
-	{
-		if (q[i].mode == ZKR_MODE_SHARED && q[j].mode != ZKR_MODE_EXCLUSIVE)
-			continue;
-		if (q[j].session == q[i].session && q[i].zklock && q[j].zklock)
-			continue;
-		return false;
-	}
+		if (blocks(q, i, j))
+			return false;
 	return true;
+}
+
+static int
+waits_for_reference(const ZkrQueued *q, int i)
+{
+	for (int j = i - 1; j >= 0; j--)
+		if (blocks(q, i, j))
+			return j;
+	return -1;
 }
 
 static void
@@ -1419,7 +1433,7 @@ test_mark_holding(void)
 	/* random small queues against the reference */
 	for (int round = 0; round < 20000; round++)
 	{
-		int			n = 1 + (int) ((seed = seed * 1103515245u + 12345u) >> 16) % 8;
+		int			n = 1 + (int) ((seed = seed * 1103515245u + 12345u) >> 16) % 10;
 
 		for (int i = 0; i < n; i++)
 		{
@@ -1431,10 +1445,11 @@ test_mark_holding(void)
 		}
 		zkr_mark_holding(q, n);
 		for (int i = 0; i < n; i++)
-			if (q[i].holding != holding_reference(q, i))
+			if (q[i].holding != holding_reference(q, i) ||
+				q[i].waits_for != waits_for_reference(q, i))
 				mismatches++;
 	}
-	ok(mismatches == 0, "mark_holding: 20000 random queues agree with the pairwise rule");
+	ok(mismatches == 0, "mark_holding: 20000 random queues agree with the pairwise rule (holding, waits_for)");
 	if (mismatches)
 		diag("%d mismatches", mismatches);
 
