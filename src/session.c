@@ -1233,6 +1233,18 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 		deadline = limit;
 		limited = true;
 	}
+
+	/*
+	 * A session found expired only now (the reconnect after a partition
+	 * is what tells) is replaced at once when nothing depends on it: the
+	 * caller holds no lock, so this call simply goes on with a new one.
+	 */
+	if (may_reconnect &&
+		zks_await_connection(deadline) == ZKS_SESSION_EXPIRED && zh != NULL)
+	{
+		close_handle();
+		open_handle();
+	}
 	if (!zks_reconnect_wait(deadline))
 	{
 		char	   *hosts = pstrdup(zh_hosts);

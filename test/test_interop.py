@@ -428,8 +428,12 @@ class Clients:
 # ---------------------------------------------------------------------------
 
 def sql(ctx, name, protocol=None):
-    """A backend with zklock.root = '/locks' (and the given protocol)."""
+    """A backend with zklock.root = '/locks' (and the given protocol).
+    Its deadlock_timeout is long: past it a waiter publishes a wait record
+    and searches for a cycle (a few requests), which would blur the check
+    that a waiter otherwise sends nothing while it waits on its watch."""
     b = ctx.backend(name)
+    b.query("SET deadlock_timeout = '60s'")
     b.query("SET zklock.root = '%s'" % ROOT)
     if protocol:
         b.query('SET zklock.protocol = %s', [protocol])
