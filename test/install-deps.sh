@@ -14,6 +14,7 @@ PACKAGES=(
     build-essential                      # g++, libc6-dev, dpkg-dev: test_package's
                                          # dpkg-buildpackage checks Build-Depends on it
     git                                  # test_package: copy + clean-tree check
+    nftables iproute2                    # test_nemesis: network namespaces, links, cuts
     libclang-rt-14-dev                   # make fuzz: libFuzzer + clang's ASan runtime
     libasan8 libubsan1                   # make test SANITIZE=1: gcc's sanitizer runtimes
 )
