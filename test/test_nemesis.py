@@ -314,22 +314,25 @@ class Judge:
             self.sections.append(sec)
 
     def check(self, ctx, what):
-        """Every invariant; returns (committed sections, refused)."""
+        """Every invariant (all of them are checked, every violation is
+        reported at once); returns (committed sections, refused)."""
+        problems = []
         rows = judge_rows(self.sh, self.res)
         committed_ids = {r[0] for r in rows}
         by_id = {s.id: s for s in self.sections}
         # 1. the judge agrees with what COMMIT said
         stray = sorted(committed_ids - set(by_id))
-        assert not stray, '%s: judge rows of no known section: %s' % (
-            what, stray[:5])
+        if stray:
+            problems.append('judge rows of no known section: %s' % stray[:5])
         lies = [s for s in self.sections
                 if (s.outcome == 'ok') != (s.id in committed_ids)
                 and s.outcome != 'unknown']
-        assert not lies, (
-            '%s: COMMIT outcome and the judge disagree (a refused COMMIT '
-            'whose remote work committed, or a success that left no row): '
-            '%r' % (what, lies[:5]))
-        committed = [by_id[i] for i in committed_ids]
+        if lies:
+            problems.append(
+                'COMMIT outcome and the judge disagree (a refused COMMIT '
+                'whose remote work committed, or a success that left no '
+                'row): %r' % lies[:5])
+        committed = [by_id[i] for i in committed_ids if i in by_id]
         # 2. no two committed sections overlap
         secs = sorted(committed, key=lambda s: s.t0)
         overlaps = []
@@ -339,9 +342,10 @@ class Judge:
                     break
                 if 'exclusive' in (s.mode, t.mode):
                     overlaps.append((s, t))
-        assert not overlaps, (
-            '%s: %d pair(s) of committed critical sections overlap (two '
-            'holders committed): %r' % (what, len(overlaps), overlaps[:3]))
+        if overlaps:
+            problems.append('%d pair(s) of committed critical sections '
+                            'overlap (two holders committed): %r'
+                            % (len(overlaps), overlaps[:3]))
         # 3. no lost update: the committed exclusive chain is linear
         xrows = sorted((r for r in rows if r[1] == 'exclusive'),
                        key=lambda r: r[2])
@@ -353,25 +357,34 @@ class Judge:
                              'one before it is 0x%x' % (r[0], r[2], r[3],
                                                         prev))
             prev = r[2]
-        assert not forks, '%s: lost update(s): %s' % (what, forks[:3])
+        if forks:
+            problems.append('lost update(s): %s' % forks[:3])
         # 4. tokens grow in grant order; readers saw nothing move
         xs = sorted((s for s in committed if s.mode == 'exclusive'),
                     key=lambda s: s.t0)
         back = [(a, b) for a, b in zip(xs, xs[1:]) if b.token <= a.token]
-        assert not back, '%s: fencing token went backwards: %r' % (
-            what, back[:3])
-        assert not self.torn, '%s: the greatest token moved under a ' \
-            'shared lock: %r' % (what, self.torn[:3])
+        if back:
+            problems.append('fencing token went backwards: %r' % back[:3])
+        if self.torn:
+            problems.append('the greatest token moved under a shared lock: '
+                            '%r' % self.torn[:3])
         # 5. nothing left in the queue, no watch
-        wait_contenders(self.sh, self.res, 0,
-                        timeout=SESSION_TIMEOUT_S + MARGIN_S)
-        wait_no_watches(self.sh)
+        for fn, args in ((wait_contenders,
+                          (self.sh, self.res, 0,
+                           SESSION_TIMEOUT_S + MARGIN_S)),
+                         (wait_no_watches, (self.sh,))):
+            try:
+                fn(*args)
+            except AssertionError as e:
+                problems.append(str(e))
         # 6. ZooKeeper's record: held, as the leader saw it, at COMMIT
-        self.check_txn_logs(committed, what)
+        problems += self.check_txn_logs(committed)
+        assert not problems, '%s: %d violation(s):\n  %s' % (
+            what, len(problems), '\n  '.join(problems))
         refused = sum(1 for s in self.sections if s.outcome == '40001')
         return committed, refused
 
-    def check_txn_logs(self, committed, what):
+    def check_txn_logs(self, committed):
         dirs = [os.path.join(self.sh.ens.server_dir(s), 'data')
                 for s in self.sh.ens.sids]
         hist = nemesis.TxnHistory(nemesis.read_txn_logs(dirs))
@@ -379,15 +392,16 @@ class Judge:
         for s in committed:
             t, how = hist.removal(s.token)
             if t is None:
-                if how != 'not removed':
-                    bad.append('%r: %s' % (s, how))
+                # every node is gone by now (checked above): its end must
+                # be in the logs
+                bad.append('%r: %s' % (s, how))
                 continue
             if t.time_ms < s.w1 * 1000 - 5:
                 bad.append('%r: the leader ended its node (%s, zxid 0x%x) '
                            '%.0f ms before its COMMIT was sent'
                            % (s, how, t.zxid, s.w1 * 1000 - t.time_ms))
-        assert not bad, '%s: committed without holding the lock as the ' \
-            'leader saw it:\n  %s' % (what, '\n  '.join(bad[:5]))
+        return ['committed without holding the lock as the leader saw it '
+                '(ZooKeeper\'s transaction log): %s' % b for b in bad[:5]]
 
 
 # ---------------------------------------------------------------------------
@@ -701,18 +715,28 @@ def test_1_follower_cut_from_leader(ctx):
             sec_a.outcome = e.pgcode or 'unknown'
             sec_a.error = str(e)
         t_refused = time.monotonic() - sec_a.t1
-        assert sec_a.outcome != 'ok', (
-            'A\'s COMMIT succeeded %.1f s after B was granted the lock '
-            '(token 0x%x > 0x%x): two holders committed.  Follower zk%d, '
-            'cut off from the leader, answered the pre-commit check from '
-            'its stale copy' % (sec_a.t1 - t_grant, tok_b, tok_a, f))
+        sec_b.t1, sec_b.w1 = time.monotonic(), time.time()
+        b.query('COMMIT')
+        sec_b.outcome = 'ok'
+        if sec_a.outcome == 'ok':
+            # what the judge and ZooKeeper's own record say about it
+            heal(sh)
+            cut = False
+            try:
+                judge.check(ctx, 'follower cut')
+                verdict = 'the judge found nothing (!)'
+            except AssertionError as e:
+                verdict = 'the judge: %s' % e
+            raise AssertionError(
+                'A\'s COMMIT succeeded %.1f s after B was granted the lock '
+                '(token 0x%x > 0x%x): two holders committed.  Follower zk%d, '
+                'cut off from the leader, answered the pre-commit check from '
+                'its stale copy.  %s' % (sec_a.t1 - t_grant, tok_b, tok_a, f,
+                                         verdict))
         assert sec_a.outcome == '40001', \
             'A\'s COMMIT failed with %s, expected 40001: %s' % (
                 sec_a.outcome, sec_a.error)
         refusal = sec_a.error.splitlines()[0]
-        sec_b.t1, sec_b.w1 = time.monotonic(), time.time()
-        b.query('COMMIT')
-        sec_b.outcome = 'ok'
         f_mode_at_commit = sh.ens.mode(f)
         t_heal = time.monotonic()
         sh.net.heal()
@@ -746,3 +770,318 @@ def test_1_follower_cut_from_leader(ctx):
 
 
 test_1_follower_cut_from_leader.timeout = 120
+
+
+def test_1b_first_call_after_expiry_opens_a_new_session(ctx):
+    """README: "After an expired session the next lock call opens a fresh
+    session by itself."  A backend holding no lock whose session expired
+    while it was cut off (it could not know yet) makes a lock call right
+    after the heal: the call must open a new session and lock, not fail
+    with 08006 because it was the one that learnt of the expiry."""
+    sh = ctx.shared
+    res = 'nem/expiry'
+    a = backend(ctx, sh.a, 'nem-expiry-A')
+    a.query('BEGIN')
+    token_of(a.submit(LOCK_X, [res, '30 seconds']), 30, 'opening a session')
+    a.query('COMMIT')
+    sid = status(a)['session_id']
+    zk_nodes = [sh.ens.node(s) for s in sh.ens.sids]
+    cut = True
+    sh.net.partition(['pga'], zk_nodes)
+    try:
+        # the session is gone at the leader once no other session can see
+        # it: a kazoo check of the session list would need `cons` on every
+        # server; the server's own count of sessions is enough here
+        wait_until(lambda: sid_gone(sh, sid), SESSION_TIMEOUT_S + MARGIN_S,
+                   'session %s to expire' % sid, interval=0.2)
+        assert status(a)['state'] in ('connecting', 'connected')
+        sh.net.heal()
+        cut = False
+        a.query('BEGIN')
+        fut = a.submit(LOCK_X, [res, '%d seconds'
+                                % (SESSION_TIMEOUT_S + MARGIN_S)])
+        try:
+            token_of(fut, SESSION_TIMEOUT_S + MARGIN_S + 5,
+                     'the first lock call after the heal')
+        except psycopg2.Error as e:
+            raise AssertionError(
+                'the first lock call after the heal failed with %s (%s) '
+                'although the backend held no lock: it waited for the old '
+                'session, learnt that it had expired, and gave up instead '
+                'of opening a new one' % (e.pgcode, str(e).splitlines()[0]))
+        a.query('COMMIT')
+        assert status(a)['session_id'] != sid
+    finally:
+        if cut:
+            heal(sh)
+        heal(sh)
+    wait_contenders(sh, res, 0)
+
+
+def sid_gone(sh, session_id):
+    """True once no serving server lists the session in `dump` (the
+    leader's list of sessions with ephemerals and its expiry buckets)."""
+    want = int(session_id, 16) if isinstance(session_id, str) \
+        else session_id
+    leader = sh.ens.leader()
+    if leader is None:
+        return False
+    out = sh.ens.four_letter(leader, 'dump')
+    return ('0x%x' % want) not in out.lower()
+
+
+def test_2_cluster_cut_from_ensemble(ctx):
+    """Cluster A is cut from all three servers for twice the session
+    timeout while a load runs on A and B; a worker on A holds the lock
+    when the cut begins.  B's workers get the lock once A's sessions
+    expire; the holder's COMMIT is refused (40001) and committed nothing;
+    after the heal A's workers lock again."""
+    sh = ctx.shared
+    res = 'nem/cut-a'
+    zk_nodes = [sh.ens.node(s) for s in sh.ens.sids]
+    load = Load(ctx, res, per_cluster=3, readers=1)
+    load.hold_at = ('A1e', 3)
+    load.start()
+    cut = False
+    try:
+        assert load.held.wait(30), 'A1e never reached its 4th section'
+        t_cut = time.monotonic()
+        sh.net.partition(['pga'], zk_nodes)
+        cut = True
+        load.wait_committed(3, t_cut, SESSION_TIMEOUT_S + MARGIN_S, 'B',
+                            'while A is cut')
+        t_b = load.first_grant_after(t_cut, 'B') - t_cut
+        load.resume.set()
+        wait_until(lambda: load.held_section is not None
+                   and load.held_section.outcome is not None,
+                   SESSION_TIMEOUT_S + MARGIN_S, "the held section's COMMIT")
+        held = load.held_section
+        assert held.outcome == '40001', \
+            'the holder cut off with its lock: COMMIT %s %s' % (
+                held.outcome, held.error)
+        # the cut lasts twice the session timeout
+        load.stop_ev.wait(max(0.0, t_cut + 2 * SESSION_TIMEOUT_S
+                              - time.monotonic()))
+        t_heal = time.monotonic()
+        heal(sh)
+        cut = False
+        rec = recovery(ctx, load, t_heal, '2 cluster cut')
+        wait_until(lambda: all(any(x > t_heal for x in load.ok_times.get(w, []))
+                               for w, _, _ in load.workers),
+                   SESSION_TIMEOUT_S + MARGIN_S + 10,
+                   'every worker to commit after the heal')
+    finally:
+        load.resume.set()
+        load.stop()
+        if cut:
+            heal(sh)
+    committed, refused = load.check(ctx, 'cluster cut', t_heal)
+    assert refused >= 1
+    ctx.log('B granted %.2f s after the cut; recovery %r; errors %r'
+            % (t_b, rec, load.error_counts()))
+    ctx.figure('2 cluster cut: B granted after the cut', t_b, 's', '%.2f')
+    load.figures(ctx, '2 cluster cut', committed, refused)
+
+
+def test_3_minority_leader(ctx):
+    """The leader is cut from both followers (clients still reach it)
+    during a load.  Nothing can be written while the followers wait for
+    it (syncLimit x tickTime); then they elect a new leader, the old one
+    steps down, clients move over.  Healed, the old leader rejoins as a
+    follower.  Exclusion holds throughout."""
+    sh = ctx.shared
+    res = 'nem/minority'
+    load = Load(ctx, res, per_cluster=3, readers=1).start()
+    cut = False
+    try:
+        load.wait_committed(20, 0, 30, what='before the fault')
+        old = sh.ens.leader()
+        t_cut = time.monotonic()
+        sh.net.partition([sh.ens.node(old)],
+                         [sh.ens.node(s) for s in sh.ens.sids if s != old])
+        cut = True
+
+        def new_leader():
+            for s in sh.ens.sids:
+                if s != old and sh.ens.mode(s) == 'leader':
+                    return s
+            return None
+        new = wait_until(new_leader, 60, 'a new leader among the followers',
+                         interval=0.2)
+        t_new = time.monotonic() - t_cut
+        wait_until(lambda: sh.ens.mode(old) is None, 30,
+                   'the old leader to stop serving', interval=0.2)
+        t_down = time.monotonic() - t_cut
+        load.wait_committed(5, t_cut + t_new, 30, what='with the new leader')
+        t_after = load.first_grant_after(t_cut + t_new, 'A') or \
+            load.first_grant_after(t_cut + t_new, 'B')
+        t_heal = time.monotonic()
+        heal(sh)
+        cut = False
+        rejoin = time.monotonic() - t_heal
+        assert sh.ens.mode(old) == 'follower', sh.ens.mode(old)
+        rec = recovery(ctx, load, t_heal, '3 minority leader')
+        wait_until(lambda: all(any(x > t_heal for x in load.ok_times.get(w, []))
+                               for w, _, _ in load.workers),
+                   SESSION_TIMEOUT_S + MARGIN_S + 10,
+                   'every worker to commit after the heal')
+    finally:
+        load.stop()
+        if cut:
+            heal(sh)
+    committed, refused = load.check(ctx, 'minority leader', t_heal)
+    with load._lock:
+        during = sorted(x for ts in load.ok_times.values() for x in ts
+                        if t_cut <= x)
+    gap = (during[0] - t_cut) if during else None
+    ctx.log('old leader zk%d, new leader zk%d after %.1f s, old one stopped '
+            'serving after %.1f s, rejoined %.1f s after the heal; first '
+            'grant after the cut %.1f s; errors %r'
+            % (old, new, t_new, t_down, rejoin, gap or -1,
+               load.error_counts()))
+    ctx.figure('3 minority leader: new leader elected after', t_new, 's',
+               '%.1f')
+    ctx.figure('3 minority leader: old leader stopped serving after', t_down,
+               's', '%.1f')
+    ctx.figure('3 minority leader: first grant after the cut', gap, 's',
+               '%.1f')
+    load.figures(ctx, '3 minority leader', committed, refused)
+
+
+LOSS_PERCENT = 30
+LOSS_S = 20                     # the issue asks a minute; 20 s for runtime
+
+
+def test_4_random_loss(ctx):
+    """30 % of the packets between the PostgreSQL clusters and every
+    ZooKeeper server are dropped (both ways, numgen random) for 20 s
+    during a load (the issue's minute, shortened for the suite's
+    runtime).  Sessions may expire, calls time out, commits may be
+    refused; exclusion holds and the lock is usable right after."""
+    sh = ctx.shared
+    res = 'nem/loss'
+    zk_nodes = [sh.ens.node(s) for s in sh.ens.sids]
+    load = Load(ctx, res, per_cluster=3, readers=1).start()
+    cut = False
+    try:
+        load.wait_committed(20, 0, 30, what='before the fault')
+        t_cut = time.monotonic()
+        sh.net.loss(['pga', 'pgb'], zk_nodes, LOSS_PERCENT)
+        cut = True
+        load.stop_ev.wait(LOSS_S)
+        during = load.committed_since(t_cut)
+        dropped = sh.net.dropped_packets()
+        t_heal = time.monotonic()
+        heal(sh)
+        cut = False
+        rec = recovery(ctx, load, t_heal, '4 random loss')
+        wait_until(lambda: all(any(x > t_heal for x in load.ok_times.get(w, []))
+                               for w, _, _ in load.workers),
+                   SESSION_TIMEOUT_S + MARGIN_S + 10,
+                   'every worker to commit after the heal')
+    finally:
+        load.stop()
+        if cut:
+            heal(sh)
+    committed, refused = load.check(ctx, 'random loss', t_heal)
+    ctx.log('%d sections committed during %d s of %d %% loss (%d packets '
+            'dropped); recovery %r; errors %r' % (
+                during, LOSS_S, LOSS_PERCENT, dropped, rec,
+                load.error_counts()))
+    ctx.figure('4 random loss: sections committed during %d s of %d %% loss'
+               % (LOSS_S, LOSS_PERCENT), during)
+    ctx.figure('4 random loss: packets dropped', dropped)
+    load.figures(ctx, '4 random loss', committed, refused)
+
+
+FLAP_ROUNDS = 8
+FLAP_SEED = int(os.environ.get('ZKLOCK_NEMESIS_SEED', '0')) or None
+
+
+def test_5_flapping(ctx):
+    """Flapping partitions among the servers during a load: FLAP_ROUNDS
+    rounds, each a random fault (two servers cut from each other, a
+    one-way drop, a server isolated, the leader isolated) for 1-4 s, then
+    healed for 0.5-2 s.  The schedule's seed is printed
+    (ZKLOCK_NEMESIS_SEED replays it)."""
+    sh = ctx.shared
+    res = 'nem/flap'
+    seed = FLAP_SEED or random.randrange(1, 1 << 30)
+    rng = random.Random(seed)
+    load = Load(ctx, res, per_cluster=3, readers=1).start()
+    schedule = []
+    cut = False
+    try:
+        load.wait_committed(20, 0, 30, what='before the fault')
+        t_start = time.monotonic()
+        for _ in range(FLAP_ROUNDS):
+            sids = list(sh.ens.sids)
+            kind = rng.choice(['pair', 'oneway', 'isolate', 'leader'])
+            x, y = rng.sample(sids, 2)
+            nx, ny = sh.ens.node(x), sh.ens.node(y)
+            if kind == 'pair':
+                sh.net.partition([nx], [ny])
+                what = 'zk%d x zk%d' % (x, y)
+            elif kind == 'oneway':
+                sh.net.drop(nx, ny)
+                what = 'zk%d -> zk%d' % (x, y)
+            else:
+                if kind == 'leader':
+                    x = sh.ens.leader() or x
+                    nx = sh.ens.node(x)
+                sh.net.isolate(nx)
+                what = 'zk%d isolated%s' % (x, ' (leader)'
+                                            if kind == 'leader' else '')
+            cut = True
+            hold = rng.uniform(1, 4)
+            load.stop_ev.wait(hold)
+            sh.net.heal()
+            cut = False
+            rest = rng.uniform(0.5, 2)
+            schedule.append('%s %.1fs/%.1fs' % (what, hold, rest))
+            load.stop_ev.wait(rest)
+        during = load.committed_since(t_start)
+        t_heal = time.monotonic()
+        heal(sh)
+        rec = recovery(ctx, load, t_heal, '5 flapping')
+        wait_until(lambda: all(any(x > t_heal for x in load.ok_times.get(w, []))
+                               for w, _, _ in load.workers),
+                   SESSION_TIMEOUT_S + MARGIN_S + 10,
+                   'every worker to commit after the heal')
+    finally:
+        load.stop()
+        if cut:
+            heal(sh)
+    committed, refused = load.check(ctx, 'flapping', t_heal)
+    ctx.log('seed %d: %s; %d sections committed while flapping; recovery '
+            '%r; errors %r' % (seed, '; '.join(schedule), during, rec,
+                               load.error_counts()))
+    ctx.figure('5 flapping: seed', seed)
+    ctx.figure('5 flapping: sections committed while flapping', during)
+    load.figures(ctx, '5 flapping', committed, refused)
+
+
+def test_z_nothing_left_behind(ctx):
+    """All three servers serve; nothing under the root but lock parents;
+    no watch on any server; every worker backend is gone."""
+    sh = ctx.shared
+    modes = {s: sh.ens.mode(s) for s in sh.ens.sids}
+    assert sorted(m or 'down' for m in modes.values()) == \
+        ['follower', 'follower', 'leader'], modes
+    last = []
+
+    def clean():
+        synced(sh)
+        last[:] = sh.kz.retry(sh.zi.leftovers)
+        return not last
+    try:
+        wait_until(clean, 15, 'no contender left under %s' % ROOT,
+                   interval=0.2)
+    except TimeoutError:
+        raise AssertionError('left behind under %s: %r' % (ROOT, last)) \
+            from None
+    wait_no_watches(sh)
+    for c in (sh.a, sh.b):
+        n = int(c.psql("SELECT count(*) FROM pg_stat_activity WHERE "
+                       "application_name LIKE 'nem-%'").strip())
+        assert n == 0, '%d worker backend(s) left on %s' % (n, c.name)
