@@ -590,16 +590,30 @@ def read_txn_log(path):
     return out
 
 
-def read_txn_logs(data_dirs):
-    """{zxid: Txn} from every log file of every given dataDir (the
-    servers' logs overlap; a zxid names one committed transaction)."""
+def read_txn_logs(data_dirs, quorum=None):
+    """{zxid: Txn} of the committed transactions in the given servers'
+    dataDirs (one per server of the ensemble).
+
+    A server's log can hold proposals that were never committed: a
+    leader cut off from its followers logs its own proposals (the
+    closeSession of every session it expires, say) and may keep them on
+    disk after it rejoins (it is then brought up to date with a snapshot).
+    A committed transaction was logged by a quorum before it was
+    committed, and nothing here purges logs, so only zxids found in the
+    logs of at least `quorum` servers (default: a majority) count.
+    """
     import glob
-    txns = {}
+    quorum = quorum or len(data_dirs) // 2 + 1
+    txns, seen = {}, {}
     for d in data_dirs:
+        mine = set()
         for path in sorted(glob.glob(os.path.join(d, 'version-2', 'log.*'))):
             for t in read_txn_log(path):
                 txns.setdefault(t.zxid, t)
-    return txns
+                mine.add(t.zxid)
+        for z in mine:
+            seen[z] = seen.get(z, 0) + 1
+    return {z: t for z, t in txns.items() if seen[z] >= quorum}
 
 
 class TxnHistory:
