@@ -54,9 +54,16 @@ Checked after every scenario (Judge.check):
 
 Figures: critical sections, commits refused with 40001, other errors by
 SQLSTATE, recovery times, packets dropped.
+
+On b26fa8f (before the pre-commit `sync`, and before zklock's check ran
+ahead of postgres_fdw's commit) test_1 fails (the stale holder's COMMIT
+succeeds: overlap, lost update and ZooKeeper's log all flag it) and so
+does test_2 (the refused holder's remote work was committed by
+postgres_fdw).  test_1b checks the README's "the next lock call opens a
+fresh session by itself" when the call is the one that learns of the
+expiry.
 """
 
-import concurrent.futures
 import logging
 import os
 import random
@@ -68,7 +75,7 @@ import psycopg2
 import harness
 import nemesis
 from harness import wait_until
-from test_multisession import LOCK_X, LOCK_S, token_of, expect_sqlstate
+from test_multisession import LOCK_X, LOCK_S, token_of
 
 TIMEOUT = 150                   # seconds per test (enforced by the runner)
 SETUP_TIMEOUT = 240
@@ -915,7 +922,19 @@ def test_3_minority_leader(ctx):
     during a load.  Nothing can be written while the followers wait for
     it (syncLimit x tickTime); then they elect a new leader, the old one
     steps down, clients move over.  Healed, the old leader rejoins as a
-    follower.  Exclusion holds throughout."""
+    follower.  Exclusion holds throughout.
+
+    Seen with ZooKeeper 3.8.0: the cut-off leader keeps serving for
+    syncLimit x tickTime (10 s) and, after the session timeout, "expires"
+    the sessions of clients connected to the followers (their pings no
+    longer reach it) with closeSession proposals that can never commit.
+    When the followers give up and drop their clients, those that
+    reconnect to the old leader before it steps down are told that their
+    session expired (zklock: 08006), although the session is still alive
+    in the committed state: its nodes stay until the new leader expires
+    it, one session timeout after it took over.  So the lock is free
+    again about syncLimit x tickTime + session timeout after the cut
+    (the "longest pause in grants" figure)."""
     sh = ctx.shared
     res = 'nem/minority'
     load = Load(ctx, res, per_cluster=3, readers=1).start()
@@ -940,14 +959,12 @@ def test_3_minority_leader(ctx):
                    'the old leader to stop serving', interval=0.2)
         t_down = time.monotonic() - t_cut
         load.wait_committed(5, t_cut + t_new, 30, what='with the new leader')
-        t_after = load.first_grant_after(t_cut + t_new, 'A') or \
-            load.first_grant_after(t_cut + t_new, 'B')
         t_heal = time.monotonic()
         heal(sh)
         cut = False
         rejoin = time.monotonic() - t_heal
         assert sh.ens.mode(old) == 'follower', sh.ens.mode(old)
-        rec = recovery(ctx, load, t_heal, '3 minority leader')
+        recovery(ctx, load, t_heal, '3 minority leader')
         load.wait_all_after(t_heal, SESSION_TIMEOUT_S + MARGIN_S + 10)
     finally:
         load.stop()

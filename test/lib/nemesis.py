@@ -50,7 +50,7 @@ import threading
 import time
 
 import harness
-from harness import log, wait_until
+from harness import log
 
 IP = '/usr/sbin/ip'
 NFT = '/usr/sbin/nft'
@@ -578,9 +578,9 @@ def read_txn_log(path):
             break
         rec = _Reader(data[r.i:r.i + n])
         r.i += n + 1                            # and the 'B'
-        session, _cxid, zxid, time_ms, op = (rec.long(), rec.int(),
-                                             rec.long(), rec.long(),
-                                             rec.int())
+        session = rec.long()                    # TxnHeader: clientId,
+        rec.int()                               # cxid,
+        zxid, time_ms, op = rec.long(), rec.long(), rec.int()
         t = Txn(zxid, session, time_ms, op)
         try:
             _parse_body(op, rec.b[rec.i:], t)
