@@ -1160,7 +1160,7 @@ session_expired_error(void)
 	ereport(ERROR,
 			(errcode(ERRCODE_CONNECTION_FAILURE),
 			 errmsg("ZooKeeper session expired"),
-			 errdetail("Every zklock node of this session is gone."),
+			 errdetail("Every zklock node of this session is gone, or goes once the ensemble's leader has expired the session (within the session timeout)."),
 			 errhint("The next zklock call opens a new session.")));
 }
 
