@@ -14,7 +14,10 @@ play the other contenders:
   b  the sweep that deletes a node whose create reply was lost syncs the
      server it reads before listing the lock parent;
   c  a release delete answered with ZSESSIONMOVED (the server did not run
-     it) is sent again after the reconnect, not dropped.
+     it) is sent again after the reconnect, not dropped;
+  d  the pre-commit check answered with an error other than a lost
+     connection fails the COMMIT at once, saying so, not after a session
+     timeout as if no server had answered.
 
 Every test proves that its race really happened (the hook fired, the
 server answered what the race implies), so that a pass is not vacuous.
@@ -384,3 +387,45 @@ def test_c_delete_answered_session_moved_is_retried(ctx):
                                st1.session_id, len(retried)))
 
         lock_cycle(ctx, b, res, 'lock after the reconnect')
+
+
+ZBADARGUMENTS = -8
+
+
+def test_d_commit_check_error_is_reported_as_such(ctx):
+    """The commit check's exists is answered ZBADARGUMENTS (an error that
+    asking again would not cure): the COMMIT fails with 40001 at once, its
+    DETAIL says ZooKeeper answered with an error (it used to say that no
+    server answered within the session timeout), and no row commits."""
+    res = 'proxy-check-error'
+    with Scene(ctx, 'check-error') as sc:
+        sc.parent(res)
+        b = sc.backend('proxy-check-error')
+        lock_cycle(ctx, b, res, 'warm-up lock')
+        b.query('CREATE TEMP TABLE proxy_rows (id int)')
+        b.query('BEGIN')
+        token_of(b.submit(LOCK_X, [res, '10 seconds']), 15)
+        [node] = ctx.zi.wait_contenders(res, 1)
+        b.query('INSERT INTO proxy_rows VALUES (1)')
+        hit = []
+
+        def hook(req):
+            if req.op == OP_EXISTS and req.path == node.path and not hit:
+                hit.append(req)
+                sc.proxy.on_reply(req.cid, req.xid, err=ZBADARGUMENTS,
+                                  strip_body=True)
+
+        sc.proxy.hook = hook
+        t0 = time.monotonic()
+        e = expect_sqlstate(b.submit('COMMIT'), '40001', 20,
+                            'COMMIT whose check got an error')
+        took = time.monotonic() - t0
+        sc.proxy.hook = None
+        assert hit, 'the commit check sent no exists for %s' % node.path
+        detail = e.diag.message_detail or ''
+        assert 'answered with an error' in detail, detail
+        assert took < ctx.session_timeout - 1, \
+            'the COMMIT took %.1f s: it waited as for a silent server' % took
+        ctx.figure('d: COMMIT failed after', round(took, 2), 's')
+        assert b.scalar('SELECT count(*) FROM proxy_rows') == 0
+        ctx.zi.wait_contenders(res, 0)
