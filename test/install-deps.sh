@@ -10,6 +10,7 @@ PACKAGES=(
     libslf4j-java                        # slf4j-simple.jar: the test servers' log
     default-jdk-headless                 # javac: test_interop's Curator peer
     libipc-run-perl python3-kazoo python3-psycopg2
+    python3-pytest python3-pytest-timeout   # the runner (test/conftest.py)
     gnuplot-nox clang valgrind debhelper make gcc
     build-essential                      # g++, libc6-dev, dpkg-dev: test_package's
                                          # dpkg-buildpackage checks Build-Depends on it
