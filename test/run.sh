@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # `make test`: install missing packages, build and install the extension,
-# build the unit tests, then run every suite with test/run_tests.py, whose
-# last line is "N passed, N failed".  Exits non-zero if anything failed.
+# build the unit tests, then run every suite with test/run_tests.py (pytest
+# over test/, see test/conftest.py), whose last line is
+# "N passed, N failed".  Exits non-zero if anything failed.  Arguments go
+# to pytest (bash test/run.sh -k holes).
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-PYTHON=/usr/bin/python3          # Debian's python3, which has kazoo/psycopg2
+PYTHON=/usr/bin/python3          # Debian's python3: kazoo, psycopg2, pytest
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
 

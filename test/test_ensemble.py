@@ -1,7 +1,7 @@
 """
 Faults, many clusters, a real ensemble: exclusion holds (issue 4).
 
-This module brings up its own pieces once (setup_module), next to the
+This module brings up its own pieces once (module_setup), next to the
 runner's standalone ZooKeeper and main cluster:
 
   * a 3-server ZooKeeper ensemble on 127.0.0.1 (tickTime 500 ms,
@@ -10,7 +10,7 @@ runner's standalone ZooKeeper and main cluster:
     servers (A allows MANY + 40 connections),
   * a streaming hot standby of B,
 
-and stops them all in teardown_module, whatever happened.  Every test
+and stops them all in module_teardown, whatever happened.  Every test
 leaves the ensemble at full strength (all three servers serving), bounds
 its own time and checks that no contender is left under its lock parent.
 
@@ -45,7 +45,7 @@ from harness import wait_until
 from test_multisession import (LOCK_X, LOCK_S, TRY_X, expect_sqlstate,
                                token_of, still_waiting, stays)
 
-TIMEOUT = 180                   # seconds per test (enforced by the runner)
+TIMEOUT = 180                   # seconds per test (a pytest-timeout bound)
 SETUP_TIMEOUT = 300
 
 DB = 'zklock_ens'
@@ -69,7 +69,7 @@ LOAD_DEADLINE_S = 120           # a load must be done by then
 # module setup: ensemble, clusters A and B, standby of B
 # ---------------------------------------------------------------------------
 
-def setup_module(ctx):
+def module_setup(ctx):
     sh = ctx.shared
     sh.clusters = []
     sh.ens = harness.ZooKeeper(n=3, base_dir=ctx.workdir, name='ens')
@@ -103,7 +103,7 @@ def setup_module(ctx):
                sh.standby.port))
 
 
-def teardown_module(ctx):
+def module_teardown(ctx):
     sh = ctx.shared
     errors = []
     kz = getattr(sh, 'kz', None)

@@ -41,7 +41,7 @@ TIMEOUT = 120
 DB = 'zklock_holes'
 
 
-def setup_module(ctx):
+def module_setup(ctx):
     pg = harness.PgCluster('holes', {
         'zklock.hosts': ctx.zk.connect_string,
         'zklock.root': ctx.root,
@@ -56,7 +56,7 @@ def setup_module(ctx):
     pg.psql('CREATE TABLE t (id int)', dbname=DB)
 
 
-def teardown_module(ctx):
+def module_teardown(ctx):
     pg = getattr(ctx.shared, 'pg', None)
     if pg is not None:
         pg.stop()

@@ -221,7 +221,7 @@ def lift_limit(sh, pid):
 # module setup and cleanup
 # ---------------------------------------------------------------------------
 
-def setup_module(ctx):
+def module_setup(ctx):
     sh = ctx.shared
     sh.clusters = []
     sh.user = 'zklnproc%d' % os.getpid()
@@ -341,7 +341,7 @@ def cleanup(sh):
     return errors
 
 
-def teardown_module(ctx):
+def module_teardown(ctx):
     errors = cleanup(ctx.shared)
     assert not errors, 'teardown: %s' % '; '.join(errors)
 
