@@ -206,11 +206,18 @@ def pytest_collection_modifyitems(session, config, items):
 
     for item in items:
         module = getattr(item, 'module', None)
-        if item.get_closest_marker('timeout') is None:
+        # func_only=True in every marker: pytest-timeout 2.1 lets a marker
+        # without it override the ini's timeout_func_only with False (the
+        # bound would then cover fixtures: module_setup, the leftover check)
+        m = item.get_closest_marker('timeout')
+        if m is None:
             fn = getattr(item, 'function', None)
             t = getattr(fn, 'timeout', None) or \
                 getattr(module, 'TIMEOUT', DEFAULT_TEST_TIMEOUT)
-            item.add_marker(pytest.mark.timeout(t))
+            item.add_marker(pytest.mark.timeout(t, func_only=True))
+        elif 'func_only' not in m.kwargs:
+            item.add_marker(pytest.mark.timeout(*m.args, func_only=True,
+                                                **m.kwargs), append=False)
         if getattr(module, 'USES_SERVERS', True):
             item.add_marker(pytest.mark.servers)
 
@@ -372,7 +379,15 @@ class TestContext:
         if text.strip():
             parts.append('server log during the test (tail):\n'
                          + '\n'.join(text.splitlines()[-lines:]))
-        for c, offset in self.log_offsets:
+        known = [c for c, _ in self.log_offsets]
+        # clusters listed since the test began (by module_setup, say):
+        # their whole log
+        later = []
+        for c in list(getattr(self.shared, 'clusters', [])) + self._watched:
+            if c not in known:
+                known.append(c)
+                later.append((c, 0))
+        for c, offset in self.log_offsets + later:
             # libzookeeper's own stderr lines (every refused reconnect
             # while a test breaks servers) would hide PostgreSQL's
             all_lines = c.log_since(offset).splitlines()
@@ -786,7 +801,10 @@ def pytest_runtest_makereport(item, call):
         return
     logs = ''
     c = getattr(item, '_zklock_ctx', None)
-    if c is not None and call.when in ('call', 'teardown'):
+    # (an error at teardown is the module's: module_teardown's failure
+    # carries its own logs; the last test's teardown also stops the
+    # servers, whose shutdown lines would only be noise)
+    if c is not None and call.when == 'call':
         try:
             logs = c.server_logs()
         except Exception:
