@@ -8,7 +8,8 @@ OBJS = src/zklock.o src/auth.o src/session.o src/recipe.o src/waitgraph.o src/lo
 DATA = $(wildcard sql/zklock--*.sql)
 
 # pg_regress suites (sql/<name>.sql, expected/<name>.out); run by make test
-# against the throwaway cluster and ZooKeeper that test/run_tests.py starts.
+# against the throwaway cluster and ZooKeeper that the test run starts
+# (test/test_regress.py).
 REGRESS = zklock_basic zklock_scopes zklock_input zklock_guc
 
 PG_CPPFLAGS = -DTHREADED -I/usr/include/zookeeper -Isrc

@@ -34,7 +34,7 @@ import harness
 from harness import wait_until
 from test_multisession import LONG, expect_sqlstate, still_waiting, token_of
 
-TIMEOUT = 300                   # seconds per test (enforced by the runner)
+TIMEOUT = 300                   # seconds per test (a pytest-timeout bound)
 
 TRY_X = 'SELECT zk_try_lock_exclusive(%s)'
 TRY_S = 'SELECT zk_try_lock_shared(%s)'

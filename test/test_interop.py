@@ -50,7 +50,7 @@ import harness
 from harness import wait_until
 from test_multisession import expect_sqlstate, token_of
 
-TIMEOUT = 120                   # seconds per test (enforced by the runner)
+TIMEOUT = 120                   # seconds per test (a pytest-timeout bound)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JAVA_SRC = os.path.join(HERE, 'java', 'LockPeer.java')

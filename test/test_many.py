@@ -18,7 +18,7 @@ import psycopg2
 
 from harness import wait_until
 
-TIMEOUT = 180                   # seconds per test (enforced by the runner)
+TIMEOUT = 180                   # seconds per test (a pytest-timeout bound)
 
 MANY = "SELECT count(%s(%%s || '/' || i)) FROM generate_series(1, %%s) i"
 MANY_X = MANY % 'zk_lock_exclusive'

@@ -3,10 +3,10 @@ Multi-session tests: several real backends (psycopg2, one thread each)
 contend for zklock locks, and ZooKeeper itself is checked with kazoo and
 the `wchp` four letter word, not only the extension's own view.
 
-Run by test/run_tests.py: each test_*(ctx) is one test, run in definition
-order (the last one checks that nothing was left behind).  See
-run_tests.TestContext for ctx.  Every test uses its own resource name and
-bounds every wait.
+Run by pytest (make test, see test/conftest.py): each test_*(ctx) is one
+test, run in definition order (the last one checks that nothing was left
+behind).  See conftest.TestContext for ctx.  Every test uses its own
+resource name and bounds every wait.
 """
 
 import concurrent.futures
@@ -19,7 +19,7 @@ import psycopg2
 import harness
 from harness import wait_until
 
-TIMEOUT = 120                   # seconds per test (enforced by the runner)
+TIMEOUT = 120                   # seconds per test (a pytest-timeout bound)
 
 LOCK_X = 'SELECT zk_lock_exclusive(%s, %s::interval)'
 LOCK_S = 'SELECT zk_lock_shared(%s, %s::interval)'

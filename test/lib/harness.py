@@ -3,8 +3,9 @@ Test harness for zklock: throwaway ZooKeeper ensembles and PostgreSQL
 clusters on loopback, plus helpers to drive backends and to look at
 ZooKeeper directly.
 
-Used by test/run_tests.py (make test) and meant to be reused by later
-tools (a 3-server ensemble, several clusters, make demo, make bench).
+Used by the test suites (make test: test/conftest.py) and meant to be
+reused by later tools (a 3-server ensemble, several clusters, make demo,
+make bench).
 
 Rules every class here follows:
   * everything listens on 127.0.0.1 only, on ports picked free at start;
