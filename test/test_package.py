@@ -1,8 +1,8 @@
 """
 Packaging tests: the Debian package, the PGXN metadata, one version.
 
-Run by test/run_tests.py (make test): each test_*(ctx) is one test, run in
-definition order.
+Run by pytest (make test, see test/conftest.py): each test_*(ctx) is one
+test, run in definition order.
 
   * the version lives in one place, zklock.control's default_version: the
     Makefile's EXTVERSION, debian/changelog (upstream part), META.json (as
@@ -268,7 +268,8 @@ def _build(ctx, tmp, v, full):
     elapsed = time.monotonic() - t0
     with open(os.path.join(tmp, 'build.log'), 'w') as f:
         f.write(r.stdout + r.stderr)
-    assert 'run_tests.py' not in r.stdout + r.stderr, \
+    # `make test` echoes its recipe, "... bash test/run.sh"
+    assert 'test/run.sh' not in r.stdout + r.stderr, \
         'the package build ran the test suite (make test)'
 
     arch = run(['dpkg-architecture', '-qDEB_HOST_ARCH'], tmp, 30).stdout.strip()
