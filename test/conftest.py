@@ -11,8 +11,9 @@ pytest directly, e.g.
 
 Every run starts one standalone ZooKeeper and one PostgreSQL cluster on
 127.0.0.1 (free ports, under a fresh /tmp/zklock-test-XXXX) the first time
-a test needs them, and stops everything it started, whatever happens.
-The suites:
+a test needs them, and stops everything it started, whatever happens
+(SIGTERM and SIGHUP end the run as Ctrl-C does: fixtures torn down,
+servers stopped, the count printed).  The suites:
 
   test_unit.py     the C unit tests (test/unit/test_recipe, test_corpus):
                    each TAP result line is one test
@@ -47,7 +48,9 @@ test_unit.py and test_regress.py).  Each test is bounded by pytest-timeout
 function's own `timeout` attribute, or an explicit
 @pytest.mark.timeout(...).  Backends a test opened are closed after it,
 whatever happened (also shortly after its time bound if the test is stuck
-in C code that the timeout signal cannot interrupt).
+in C code that the timeout signal cannot interrupt).  Tests run in
+pytest's main thread, and SIGALRM belongs to pytest-timeout (and to the
+module hooks' bound): a test must not use signal.alarm() or setitimer().
 
 A module may define two hooks (both optional, both taking a ctx):
 
