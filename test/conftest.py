@@ -109,7 +109,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 import traceback
 import types
 
