@@ -24,7 +24,7 @@ DEADLOCK_S = 1.0              # PostgreSQL's default deadlock_timeout
 BOUND_S = DEADLOCK_S + 6      # plus a few round trips, generously
 
 
-def setup_module(ctx):
+def module_setup(ctx):
     ctx.shared.clusters = []
     ctx.shared.pgs = [ctx.pg]
     for name in ('dl-b', 'dl-c'):
@@ -44,7 +44,7 @@ def setup_module(ctx):
                 dbname=ctx.dbname)
 
 
-def teardown_module(ctx):
+def module_teardown(ctx):
     for pg in getattr(ctx.shared, 'clusters', []):
         pg.stop()
 

@@ -3,8 +3,8 @@ The nemesis (issue 14): real network partitions between ZooKeeper
 servers and PostgreSQL clusters, and a judge that checks afterwards that
 no lost lock ever committed.
 
-Topology (test/lib/nemesis.py), built once in setup_module and removed
-in teardown_module (and at exit) whatever happens:
+Topology (test/lib/nemesis.py), built once in module_setup and removed
+in module_teardown (and at exit) whatever happens:
 
   * a bridge in a namespace of its own; nftables rules on it (bridge
     family, forward hook) cut, heal and degrade the links;
@@ -99,7 +99,7 @@ FAULT_STATES = {'40001', '55P03', '08001', '08006', '55000'}
 # module setup
 # ---------------------------------------------------------------------------
 
-def setup_module(ctx):
+def module_setup(ctx):
     sh = ctx.shared
     sh.clusters = []
     sh.net = nemesis.Network().start()
@@ -158,7 +158,7 @@ def setup_module(ctx):
                sh.a.socket_dir, sh.b.socket_dir))
 
 
-def teardown_module(ctx):
+def module_teardown(ctx):
     sh = ctx.shared
     errors = []
     kz = getattr(sh, 'kz', None)
