@@ -95,7 +95,6 @@ def run_cycle(ctx, members, mode='exclusive', scope='xact'):
             b.query('BEGIN')
         token_of(b.submit(hold_sql, [res[i]]), 15, 'hold %s' % res[i])
     futs = []
-    t0 = time.monotonic()
     for i, b in enumerate(bs):
         futs.append(b.submit(ask_sql, [res[(i + 1) % n]]))
         ctx.zi.wait_contenders(res[(i + 1) % n], 2)
@@ -303,7 +302,7 @@ def test_foreign_holder_ends_the_search(ctx):
     kwait = ctx.kz.create(ctx.zi.parent_path(r1) + '/_c_kazoo1-__WRIT__',
                           ephemeral=True, sequence=True, makepath=True)
     try:
-        e = expect_sqlstate(
+        expect_sqlstate(
             a.submit('SELECT zk_lock_exclusive(%s, %s::interval)',
                      [r2, '%d s' % int(DEADLOCK_S * 4)]),
             '55P03', DEADLOCK_S * 4 + 5, 'waiter behind a kazoo holder')

@@ -105,22 +105,7 @@ def module_setup(ctx):
 
 def module_teardown(ctx):
     sh = ctx.shared
-    errors = []
-    kz = getattr(sh, 'kz', None)
-    if kz is not None:
-        try:
-            kz.stop()
-            kz.close()
-        except Exception as e:
-            errors.append('kazoo: %s' % e)
-    for name in ('standby', 'a', 'b', 'ens'):
-        obj = getattr(sh, name, None)
-        if obj is None:
-            continue
-        try:
-            obj.stop()
-        except Exception as e:
-            errors.append('%s: %s' % (name, e))
+    errors = harness.stop_shared(sh, ('standby', 'a', 'b', 'ens'))
     assert not errors, 'teardown: %s' % '; '.join(errors)
 
 

@@ -29,7 +29,6 @@ These tests run on a cluster of their own (max_prepared_transactions,
 postgres_fdw), against the suite's ZooKeeper.
 """
 
-import os
 import subprocess
 import time
 

@@ -75,6 +75,7 @@ import psycopg2
 import harness
 import nemesis
 from harness import wait_until
+from test_ensemble import synced, wait_contenders
 from test_multisession import LOCK_X, LOCK_S, token_of
 
 TIMEOUT = 150                   # seconds per test (enforced by the runner)
@@ -160,22 +161,7 @@ def module_setup(ctx):
 
 def module_teardown(ctx):
     sh = ctx.shared
-    errors = []
-    kz = getattr(sh, 'kz', None)
-    if kz is not None:
-        try:
-            kz.stop()
-            kz.close()
-        except Exception as e:
-            errors.append('kazoo: %s' % e)
-    for name in ('a', 'b', 'ens', 'net'):
-        obj = getattr(sh, name, None)
-        if obj is None:
-            continue
-        try:
-            obj.stop()
-        except Exception as e:
-            errors.append('%s: %s' % (name, e))
+    errors = harness.stop_shared(sh, ('a', 'b', 'ens', 'net'))
     net = getattr(sh, 'net', None)
     if net is not None:
         left = net.leftovers()
@@ -196,27 +182,6 @@ def backend(ctx, cluster, name):
     return ctx.backend(name, dbname=DB, cluster=cluster)
 
 
-def synced(sh):
-    sh.kz.retry(sh.kz.sync, '/')
-
-
-def contenders(sh, res):
-    synced(sh)
-    return sh.kz.retry(sh.zi.contenders, res)
-
-
-def wait_contenders(sh, res, count, timeout=15):
-    last = []
-
-    def check():
-        last[:] = contenders(sh, res)
-        return len(last) == count
-    try:
-        wait_until(check, timeout, '%d contender(s) of %s' % (count, res),
-                   interval=0.1)
-    except TimeoutError as e:
-        raise AssertionError('%s; have %r' % (e, last)) from None
-    return last
 
 
 def heal(sh, timeout=90):

@@ -284,12 +284,18 @@ class ZooKeeper:
 
     # -- processes --------------------------------------------------------
 
+    def _exec_prefix(self, sid):
+        """What runs the server's java command (a subclass may put it in a
+        network namespace)."""
+        return []
+
     def _spawn(self, sid):
-        cmd = ['java', '-Xms32m', '-Xmx256m', '-XX:+UseSerialGC',
-               '-XX:TieredStopAtLevel=1', '-Djava.net.preferIPv4Stack=true',
-               '-Dzookeeper.admin.enableServer=false',
-               '-Dorg.slf4j.simpleLogger.showDateTime=true',
-               '-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS']
+        cmd = self._exec_prefix(sid) + [
+            'java', '-Xms32m', '-Xmx256m', '-XX:+UseSerialGC',
+            '-XX:TieredStopAtLevel=1', '-Djava.net.preferIPv4Stack=true',
+            '-Dzookeeper.admin.enableServer=false',
+            '-Dorg.slf4j.simpleLogger.showDateTime=true',
+            '-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS']
         if self.container_check_ms is not None:
             cmd.append('-Dznode.container.checkIntervalMs=%d'
                        % self.container_check_ms)
@@ -476,11 +482,16 @@ class ZooKeeper:
 
     # -- four letter words ------------------------------------------------
 
+    def _connect(self, sid, timeout):
+        """A socket to one server's client port (a subclass may reach it
+        from inside a network namespace)."""
+        return socket.create_connection(('127.0.0.1', self.client_ports[sid]),
+                                        timeout=timeout)
+
     def four_letter(self, sid, word, timeout=5.0):
         """Send a four letter word (e.g. 'srvr', 'wchp', 'cons') to one
         server and return its whole answer as text."""
-        with socket.create_connection(('127.0.0.1', self.client_ports[sid]),
-                                      timeout=timeout) as s:
+        with self._connect(sid, timeout) as s:
             s.sendall(word.encode('ascii'))
             chunks = []
             deadline = time.monotonic() + timeout
@@ -914,6 +925,29 @@ class Backend:
             self.conn.close()
         except Exception:
             pass
+
+
+def stop_shared(sh, names):
+    """Stop what a module set up in its shared namespace: the kazoo client
+    sh.kz, then each object sh.<name> in the order given.  Every one is
+    tried; returns the errors (a list of text)."""
+    errors = []
+    kz = getattr(sh, 'kz', None)
+    if kz is not None:
+        try:
+            kz.stop()
+            kz.close()
+        except Exception as e:
+            errors.append('kazoo: %s' % e)
+    for name in names:
+        obj = getattr(sh, name, None)
+        if obj is None:
+            continue
+        try:
+            obj.stop()
+        except Exception as e:
+            errors.append('%s: %s' % (name, e))
+    return errors
 
 
 def terminate_backend(cluster, pid, dbname='postgres'):

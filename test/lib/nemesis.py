@@ -47,7 +47,6 @@ import re
 import socket
 import subprocess
 import threading
-import time
 
 import harness
 from harness import log
@@ -382,46 +381,14 @@ class NsZooKeeper(harness.ZooKeeper):
                 f.write('\n'.join(cfg) + '\n')
         self._configured = True
 
-    def _spawn(self, sid):
-        # as harness.ZooKeeper._spawn, inside the server's namespace
-        cmd = self.net.exec_prefix(self.node(sid)) + [
-            'java', '-Xms32m', '-Xmx256m', '-XX:+UseSerialGC',
-            '-XX:TieredStopAtLevel=1', '-Djava.net.preferIPv4Stack=true',
-            '-Dzookeeper.admin.enableServer=false',
-            '-Dorg.slf4j.simpleLogger.showDateTime=true',
-            '-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS']
-        if self.container_check_ms is not None:
-            cmd.append('-Dznode.container.checkIntervalMs=%d'
-                       % self.container_check_ms)
-        cmd += self.jvm_opts
-        cmd += ['-cp', harness.ZK_CLASSPATH,
-                'org.apache.zookeeper.server.quorum.QuorumPeerMain',
-                os.path.join(self.server_dir(sid), 'zoo.cfg')]
-        old = self._log_files.pop(sid, None)
-        if old:
-            old.close()
-        logf = open(self.log_path(sid), 'ab')
-        self._log_files[sid] = logf
-        self.procs[sid] = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=logf,
-            stderr=subprocess.STDOUT, cwd=self.server_dir(sid),
-            start_new_session=True)
-        self.paused.discard(sid)
+    def _exec_prefix(self, sid):
+        # harness.ZooKeeper._spawn's java, inside the server's namespace
+        return self.net.exec_prefix(self.node(sid))
 
-    def four_letter(self, sid, word, timeout=5.0):
-        s = netns_connect(self.net.ns(self.via), (self.ip(sid), CLIENT_PORT),
-                          timeout)
-        with s:
-            s.sendall(word.encode('ascii'))
-            chunks = []
-            deadline = time.monotonic() + timeout
-            while True:
-                s.settimeout(max(0.1, deadline - time.monotonic()))
-                data = s.recv(65536)
-                if not data:
-                    break
-                chunks.append(data)
-        return b''.join(chunks).decode('utf-8', 'replace')
+    def _connect(self, sid, timeout):
+        # four-letter words go from the observer's namespace
+        return netns_connect(self.net.ns(self.via), (self.ip(sid), CLIENT_PORT),
+                             timeout)
 
     def followers(self):
         return [s for s in self.sids if self.mode(s) == 'follower']
