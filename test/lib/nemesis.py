@@ -429,7 +429,9 @@ class NsPgCluster(harness.PgCluster):
         # stop and reload work from anywhere, even after the namespace
         # was deleted.
         full = harness.as_pg_user(cmd)
-        if os.path.basename(cmd[0]) == 'pg_ctl' and 'start' in cmd:
+        # (pg_ctl may come behind `env VAR=...`: make test SANITIZE=1)
+        if 'start' in cmd and any(os.path.basename(c) == 'pg_ctl'
+                                  for c in cmd):
             full = self.net.exec_prefix(self.node) + full
         r = subprocess.run(full, cwd=self.dir, timeout=timeout,
                            stdin=subprocess.DEVNULL, capture_output=True,
