@@ -4,16 +4,20 @@
 \echo Use "ALTER EXTENSION zklock UPDATE TO '1.1'" to load this file. \quit
 
 -- A function's OUT columns cannot be changed in place: drop and create it
--- again, keeping the EXECUTE grants the administrator had given.
+-- again, keeping the EXECUTE grants the administrator had given (to roles
+-- or to PUBLIC, with their grant option).
 DO $$
 DECLARE
-    grantees text[];
+    grants text[];
     g text;
 BEGIN
-    SELECT coalesce(array_agg(quote_ident(r.rolname)), '{}')
-      INTO grantees
+    SELECT coalesce(array_agg(
+               CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE quote_ident(pg_get_userbyid(a.grantee)) END
+               || CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION'
+                       ELSE '' END), '{}')
+      INTO grants
       FROM pg_proc p, aclexplode(p.proacl) a
-      JOIN pg_roles r ON r.oid = a.grantee
      WHERE p.oid = 'zk_lock_queue(text)'::regprocedure
        AND a.privilege_type = 'EXECUTE'
        AND a.grantee <> p.proowner;
@@ -33,8 +37,8 @@ BEGIN
     AS 'MODULE_PATHNAME', 'zk_lock_queue'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
     REVOKE EXECUTE ON FUNCTION zk_lock_queue(text) FROM PUBLIC;
-    FOREACH g IN ARRAY grantees LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION zk_lock_queue(text) TO %s', g);
+    FOREACH g IN ARRAY grants LOOP
+        EXECUTE 'GRANT EXECUTE ON FUNCTION zk_lock_queue(text) TO ' || g;
     END LOOP;
 END
 $$;

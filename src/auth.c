@@ -91,7 +91,8 @@ zka_read_identity(const char *path)
 	if (path == NULL || path[0] == '\0')
 		return NULL;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO must not hang the call (it is refused below) */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),

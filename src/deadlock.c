@@ -202,11 +202,10 @@ publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		if (rc == ZKS_NONODE)
 		{
 			/* the records' parent: a container, like a lock parent */
-			ZksRequest *preq = zks_send_create(waits_parent(), "", 0,
-											   ZKS_CONTAINER);
-
-			rc = zks_wait(preq, deadline);
-			zks_done(preq);
+			w->req = zks_send_create(waits_parent(), "", 0, ZKS_CONTAINER);
+			rc = zks_wait(w->req, deadline);	/* an ERROR: zkd_wait_end */
+			zks_done(w->req);
+			w->req = NULL;
 			if (rc != ZKS_OK && rc != ZKS_NODEEXISTS)
 				return false;
 		}
@@ -223,12 +222,28 @@ static void
 read_records(Search *s)
 {
 	char	   *parent = waits_parent();
-	ZksRequest *lreq = zks_send_children(parent);
+	ZksRequest *sreq;
+	ZksRequest *lreq;
 	ZksRequest **gets = NULL;
 	char	  **names = NULL;
 	int			n = 0;
 	ZksRc		rc;
 
+	/*
+	 * A server that lags the leader could still show records of waits
+	 * that have ended (and the queues as they were): sync it first, in
+	 * the same round trip, so that a search sees the ensemble as of now.
+	 */
+	sreq = zks_send_sync(parent);
+	lreq = zks_send_children(parent);
+	rc = zks_wait(sreq, s->deadline);
+	zks_done(sreq);
+	if (rc != ZKS_OK)
+	{
+		zks_done(lreq);
+		s->failed = true;
+		return;
+	}
 	rc = zks_wait(lreq, s->deadline);
 	if (rc == ZKS_OK)
 		names = zks_get_children(lreq, &n);
@@ -514,8 +529,17 @@ search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
 
 	s->deadline = deadline;
 	read_records(s);
-	if (s->failed || record_of_session(s, zks_session_id()) == NULL)
-		return false;			/* our own record must be among them */
+	if (s->failed)
+		return false;
+	if (record_of_session(s, zks_session_id()) == NULL)
+	{
+		/*
+		 * Our record is gone (a sweep for an earlier create of it whose
+		 * reply was lost can delete it): publish it again next time.
+		 */
+		w->record = NULL;
+		return false;
+	}
 	(void) member(s, zks_session_id());	/* index 0: us */
 	while (s->qhead < s->qtail && !s->failed)
 	{
@@ -536,9 +560,21 @@ search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
 	len = zkw_find_cycle(s->n, s->e, s->ne, 0, cyc);
 	if (len == 0)
 		return false;
-	victim = zkw_victim(v, cyc, len);
-	if (victim < 0 || cyc[victim] != 0)
-		return false;			/* another member acts */
+
+	/*
+	 * The victim is chosen over everything on a cycle with us (our
+	 * strongly connected component), not over the one cycle the search
+	 * happened to find: where cycles overlap, members that found
+	 * different cycles still agree.
+	 */
+	{
+		int		   *comp = palloc(sizeof(int) * s->n);
+		int			ncomp = zkw_component(s->n, s->e, s->ne, 0, comp);
+
+		victim = zkw_victim(v, comp, ncomp);
+		if (victim < 0 || comp[victim] != 0)
+			return false;		/* another member acts */
+	}
 
 	cycle->len = len;
 	for (int k = 0; k < len; k++)

@@ -695,8 +695,10 @@ verify_before_commit(void)
  * An extension that registers its own later (postgres_fdw does, at its
  * first remote connection) would commit its remote work before zklock has
  * confirmed its locks.  So while this backend holds locks, zklock
- * registers again after each statement (and at each lock), which puts its
- * callbacks in front.  Unregistering frees only our own list item.
+ * registers again after each statement, at each lock and before an
+ * explicit COMMIT or PREPARE (zklock.c), which puts its callback in front.
+ * Never call this while PostgreSQL walks the callback list (a commit):
+ * freeing our item there could make it skip our callback.
  */
 void
 zkl_callbacks_first(void)

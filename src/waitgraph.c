@@ -196,6 +196,56 @@ done:
 	return len;
 }
 
+/* Mark in seen[] every vertex reachable from start (backwards: reaching). */
+static void
+reach(int nv, const ZkwEdge *e, int ne, int start, bool backwards,
+	  char *seen, int *stack)
+{
+	int			depth = 0;
+
+	seen[start] = 1;
+	stack[depth++] = start;
+	while (depth > 0)
+	{
+		int			u = stack[--depth];
+
+		for (int i = 0; i < ne; i++)
+		{
+			int			from = backwards ? e[i].to : e[i].from;
+			int			to = backwards ? e[i].from : e[i].to;
+
+			if (from != u || to < 0 || to >= nv || seen[to])
+				continue;
+			seen[to] = 1;
+			stack[depth++] = to;
+		}
+	}
+}
+
+int
+zkw_component(int nv, const ZkwEdge *e, int ne, int start, int *members)
+{
+	char	   *fwd = calloc(nv > 0 ? nv : 1, 1);
+	char	   *bwd = calloc(nv > 0 ? nv : 1, 1);
+	int		   *stack = malloc(sizeof(int) * (nv > 0 ? nv : 1));
+	int			len = 0;
+
+	if (start < 0 || start >= nv || fwd == NULL || bwd == NULL ||
+		stack == NULL)
+		goto done;
+	reach(nv, e, ne, start, false, fwd, stack);
+	reach(nv, e, ne, start, true, bwd, stack);
+	members[len++] = start;
+	for (int i = 0; i < nv; i++)
+		if (i != start && fwd[i] && bwd[i])
+			members[len++] = i;
+done:
+	free(fwd);
+	free(bwd);
+	free(stack);
+	return len;
+}
+
 int
 zkw_victim(const ZkwVertex *v, const int *cycle, int len)
 {

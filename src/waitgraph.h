@@ -90,7 +90,17 @@ extern int	zkw_find_cycle(int nv, const ZkwEdge *e, int ne, int start,
 						   int *cycle);
 
 /*
- * The victim of a cycle: the member with a record whose wait is the
+ * The strongly connected component of start: the vertices start reaches
+ * and that reach start.  Writes them to members[] (room for nv), start
+ * first, and returns how many (1 if start is on no cycle).  Every member
+ * of a component that searches from itself finds the same component, so
+ * a victim chosen in it is the same for all, even where cycles overlap.
+ */
+extern int	zkw_component(int nv, const ZkwEdge *e, int ne, int start,
+						  int *members);
+
+/*
+ * The victim among the members of a cycle or component: the one with a record whose wait is the
  * youngest (greatest record czxid; ZooKeeper orders every create, so all
  * members compute the same, whatever their clocks).  That member also
  * published last, so its own search sees every record of the cycle.

@@ -19,6 +19,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "tcop/pquery.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
 
@@ -132,6 +133,17 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 {
 	Node	   *parsetree = pstmt->utilityStmt;
 
+	/*
+	 * Before COMMIT or PREPARE TRANSACTION of a transaction block: put our
+	 * transaction callback in front (see zklock_executor_end).  This
+	 * statement only marks the block's end; the commit, and the callbacks,
+	 * come after it, so no callback list is being walked now.
+	 */
+	if (IsA(parsetree, TransactionStmt) &&
+		(((TransactionStmt *) parsetree)->kind == TRANS_STMT_COMMIT ||
+		 ((TransactionStmt *) parsetree)->kind == TRANS_STMT_PREPARE))
+		zkl_callbacks_first();
+
 	if (prev_process_utility)
 		prev_process_utility(pstmt, queryString, readOnlyTree, context,
 							 params, queryEnv, dest, qc);
@@ -150,6 +162,16 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
  * extension with transaction callbacks of its own (postgres_fdw, say),
  * put zklock's callbacks first again, so that zklock confirms its locks
  * before anyone commits remote work (see zkl_callbacks_first).
+ *
+ * Not while the transaction commits: another extension's callback could
+ * run a query then, and moving our callback while PostgreSQL walks the
+ * list could make it skip ours.  A statement runs inside a portal
+ * (ActivePortal is set), while the commit of a top-level transaction runs
+ * after its portal has finished; so only executor ends inside a portal
+ * move the callback.  (A procedure's own COMMIT runs inside the CALL's
+ * portal: an extension whose commit callback runs queries, registered
+ * after zklock's, could still be skipped there; none of PostgreSQL's
+ * does that.)
  */
 static void
 zklock_executor_end(QueryDesc *queryDesc)
@@ -158,7 +180,8 @@ zklock_executor_end(QueryDesc *queryDesc)
 		prev_executor_end(queryDesc);
 	else
 		standard_ExecutorEnd(queryDesc);
-	zkl_callbacks_first();
+	if (ActivePortal != NULL)
+		zkl_callbacks_first();
 }
 
 void

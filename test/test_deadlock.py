@@ -351,7 +351,14 @@ def test_update_from_1_0(ctx):
     pg.psql('CREATE ROLE zklock_upd_viewer')
     pg.psql("CREATE EXTENSION zklock VERSION '1.0'", dbname='zklock_upd')
     pg.psql('GRANT EXECUTE ON FUNCTION zk_lock_queue(text) '
-            'TO zklock_upd_viewer', dbname='zklock_upd')
+            'TO zklock_upd_viewer WITH GRANT OPTION', dbname='zklock_upd')
+    pg.psql('GRANT EXECUTE ON FUNCTION zk_lock_queue(text) TO PUBLIC',
+            dbname='zklock_upd')
+    acl_sql = ("SELECT array_agg(coalesce(r.rolname, 'PUBLIC') || ':' || "
+               "a.is_grantable ORDER BY 1) FROM pg_proc p, aclexplode(p.proacl) a "
+               "LEFT JOIN pg_roles r ON r.oid = a.grantee "
+               "WHERE p.oid = 'zk_lock_queue(text)'::regprocedure "
+               "AND a.grantee <> p.proowner")
     pg.psql('ALTER EXTENSION zklock UPDATE', dbname='zklock_upd')
     pg.psql('CREATE EXTENSION zklock', dbname='zklock_fresh')
     q = ("SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid) "
@@ -367,6 +374,8 @@ def test_update_from_1_0(ctx):
     want = [(r[0], r[1]) for r in fresh.query(q)]
     assert got == want, (got, want)
     assert 'waits_for text' in dict(got)['zk_lock_queue(text)']
+    acl = upd.scalar(acl_sql)
+    assert sorted(acl) == ['PUBLIC:false', 'zklock_upd_viewer:true'], acl
     upd.query('SET ROLE zklock_upd_viewer')
     assert upd.query('SELECT * FROM zk_lock_queue(%s)', ['dl-upd/none']) == []
     upd.query('RESET ROLE')

@@ -1580,6 +1580,31 @@ test_waitgraph(void)
 
 		ok(zkw_victim(v, cyc, 2) == -1, "victim: none without records");
 	}
+	{
+		/*
+		 * Overlapping cycles A->B->A and A->B->C->A (A=0, B=1, C=2), C
+		 * the youngest: whoever searches, the component is {A, B, C} and
+		 * the victim C; victims per cycle found would be A and C, two.
+		 */
+		ZkwVertex	v[4] = {{1, true, 200}, {2, true, 100}, {3, true, 300},
+		{4, true, 400}};
+		ZkwEdge		e[5] = {{0, 1}, {1, 0}, {1, 2}, {2, 0}, {3, 0}};
+		int			comp[4];
+		int			victims[3];
+		int			len;
+
+		for (int s = 0; s < 3; s++)
+		{
+			len = zkw_component(4, e, 5, s, comp);
+			victims[s] = len == 3 ? comp[zkw_victim(v, comp, len)] : -1;
+		}
+		ok(victims[0] == 2 && victims[1] == 2 && victims[2] == 2,
+		   "component: overlapping cycles give one victim (got %d %d %d)",
+		   victims[0], victims[1], victims[2]);
+		len = zkw_component(4, e, 5, 3, comp);
+		ok(len == 1 && comp[0] == 3,
+		   "component: a vertex that only waits into a cycle is not in it");
+	}
 }
 
 int
