@@ -235,7 +235,7 @@ read_records(Search *s)
 	 * the same round trip, so that a search sees the ensemble as of now.
 	 */
 	sreq = zks_send_sync(parent);
-	lreq = zks_send_children(parent);
+	lreq = zks_send_children(parent, false);
 	rc = zks_wait(sreq, s->deadline);
 	zks_done(sreq);
 	if (rc != ZKS_OK)
@@ -439,7 +439,7 @@ expand(Search *s, int u)
 	if (slash == NULL || slash == node)
 		return;
 	parent = pnstrdup(node, slash - node);
-	lreq = zks_send_children(parent);
+	lreq = zks_send_children(parent, false);
 	rc = zks_wait(lreq, s->deadline);
 	if (rc == ZKS_OK)
 		children = zks_get_children(lreq, &nchildren);

@@ -2,7 +2,8 @@
  *
  * functions.c
  *	  The SQL-callable functions of zklock.  They check their arguments,
- *	  turn the resource name into a znode path, and call the lock table.
+ *	  turn the resource name into a znode path, and call the lock table
+ *	  (locks and semaphores alike) or the queue reader.
  *
  * The interface mirrors PostgreSQL's advisory-lock functions
  * (src/backend/utils/adt/lockfuncs.c): transaction- and session-level
@@ -38,6 +39,11 @@ PG_FUNCTION_INFO_V1(zk_try_session_lock_shared);
 PG_FUNCTION_INFO_V1(zk_unlock);
 PG_FUNCTION_INFO_V1(zk_unlock_shared);
 PG_FUNCTION_INFO_V1(zk_unlock_all);
+PG_FUNCTION_INFO_V1(zk_lock_semaphore);
+PG_FUNCTION_INFO_V1(zk_try_lock_semaphore);
+PG_FUNCTION_INFO_V1(zk_session_lock_semaphore);
+PG_FUNCTION_INFO_V1(zk_try_session_lock_semaphore);
+PG_FUNCTION_INFO_V1(zk_unlock_semaphore);
 PG_FUNCTION_INFO_V1(zk_locks);
 PG_FUNCTION_INFO_V1(zk_lock_queue);
 PG_FUNCTION_INFO_V1(zk_status);
@@ -106,16 +112,16 @@ resource_arg(FunctionCallInfo fcinfo, char **relpath)
 	return res;
 }
 
-/* The timeout argument: NULL means none; negative is an error. */
+/* The timeout argument (number argno): NULL means none; negative is an error. */
 static int64
-timeout_arg(FunctionCallInfo fcinfo)
+timeout_arg(FunctionCallInfo fcinfo, int argno)
 {
 	Interval   *iv;
 	int64		us;
 
-	if (PG_NARGS() < 2 || PG_ARGISNULL(1))
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return -1;
-	iv = PG_GETARG_INTERVAL_P(1);
+	iv = PG_GETARG_INTERVAL_P(argno);
 	if (pg_mul_s64_overflow((int64) iv->month * DAYS_PER_MONTH + iv->day,
 							USECS_PER_DAY, &us) ||
 		pg_add_s64_overflow(us, iv->time, &us))
@@ -138,10 +144,10 @@ lock_common(FunctionCallInfo fcinfo, ZkrMode mode, ZklScope scope)
 {
 	char	   *relpath;
 	char	   *res = resource_arg(fcinfo, &relpath);
-	int64		timeout = timeout_arg(fcinfo);
+	int64		timeout = timeout_arg(fcinfo, 1);
 	int64		token;
 
-	(void) zkl_acquire(res, relpath, mode, scope, timeout, false, &token);
+	(void) zkl_acquire(res, relpath, mode, 0, scope, timeout, false, &token);
 	PG_RETURN_INT64(token);
 }
 
@@ -152,7 +158,7 @@ try_common(FunctionCallInfo fcinfo, ZkrMode mode, ZklScope scope)
 	char	   *res = resource_arg(fcinfo, &relpath);
 	int64		token;
 
-	PG_RETURN_BOOL(zkl_acquire(res, relpath, mode, scope, -1, true, &token));
+	PG_RETURN_BOOL(zkl_acquire(res, relpath, mode, 0, scope, -1, true, &token));
 }
 
 Datum
@@ -231,6 +237,72 @@ zk_unlock_all(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/* The max_holders argument (the second): a positive integer. */
+static int
+max_holders_arg(FunctionCallInfo fcinfo)
+{
+	int32		max_holders;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock semaphore max_holders must not be null")));
+	max_holders = PG_GETARG_INT32(1);
+	if (max_holders < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("zklock semaphore max_holders must be at least 1"),
+				 errdetail("The call gave %d.", max_holders)));
+	return max_holders;
+}
+
+static Datum
+semaphore_common(FunctionCallInfo fcinfo, ZklScope scope, bool try_only)
+{
+	char	   *relpath;
+	char	   *res = resource_arg(fcinfo, &relpath);
+	int			max_holders = max_holders_arg(fcinfo);
+	int64		timeout = try_only ? -1 : timeout_arg(fcinfo, 2);
+	int64		token;
+	bool		held;
+
+	held = zkl_acquire(res, relpath, ZKR_MODE_SEMAPHORE, max_holders, scope,
+					   timeout, try_only, &token);
+	if (try_only)
+		PG_RETURN_BOOL(held);
+	PG_RETURN_INT64(token);
+}
+
+Datum
+zk_lock_semaphore(PG_FUNCTION_ARGS)
+{
+	return semaphore_common(fcinfo, ZKL_SCOPE_TRANSACTION, false);
+}
+
+Datum
+zk_try_lock_semaphore(PG_FUNCTION_ARGS)
+{
+	return semaphore_common(fcinfo, ZKL_SCOPE_TRANSACTION, true);
+}
+
+Datum
+zk_session_lock_semaphore(PG_FUNCTION_ARGS)
+{
+	return semaphore_common(fcinfo, ZKL_SCOPE_SESSION, false);
+}
+
+Datum
+zk_try_session_lock_semaphore(PG_FUNCTION_ARGS)
+{
+	return semaphore_common(fcinfo, ZKL_SCOPE_SESSION, true);
+}
+
+Datum
+zk_unlock_semaphore(PG_FUNCTION_ARGS)
+{
+	return unlock_common(fcinfo, ZKR_MODE_SEMAPHORE);
+}
+
 /* zk_locks(): this backend's locks, one row per lock and scope. */
 Datum
 zk_locks(PG_FUNCTION_ARGS)
@@ -243,8 +315,9 @@ zk_locks(PG_FUNCTION_ARGS)
 	rows = zkl_snapshot(&n);
 	for (int i = 0; i < n; i++)
 	{
-		Datum		values[8];
-		bool		nulls[8] = {0};
+		/* the 9th column came in 1.2; a 1.1 definition reads 8 */
+		Datum		values[9];
+		bool		nulls[9] = {0};
 
 		values[0] = CStringGetTextDatum(rows[i].resource);
 		values[1] = CStringGetTextDatum(zkr_mode_name(rows[i].mode));
@@ -254,6 +327,10 @@ zk_locks(PG_FUNCTION_ARGS)
 		values[5] = Int64GetDatum(rows[i].token);
 		values[6] = CStringGetTextDatum(rows[i].lost ? "lost" : "held");
 		values[7] = TimestampTzGetDatum(rows[i].since);
+		if (rows[i].max_holders > 0)
+			values[8] = Int32GetDatum(rows[i].max_holders);
+		else
+			nulls[8] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

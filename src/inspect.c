@@ -80,7 +80,7 @@ zkq_queue(const char *relpath, int *n)
 		ZkrContender *cs;
 		int			ncs;
 
-		r.list = zks_send_children(parent);
+		r.list = zks_send_children(parent, false);
 		rc = zks_wait(r.list, 0);
 		if (rc == ZKS_NONODE)
 			nchildren = 0, children = NULL;

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * locktable.h
- *	  The backend's table of zklock locks: acquisition by the ZooKeeper
- *	  recipe, re-entrancy counts per scope, and release at transaction,
- *	  subtransaction and session end.
+ *	  The backend's table of zklock locks and semaphore leases: re-entrancy
+ *	  counts per scope, release at transaction, subtransaction and session
+ *	  end, and the lost-lock check before COMMIT and PREPARE.
  *
  * src/locktable.h
  *
@@ -32,6 +32,7 @@ typedef struct ZklLockInfo
 	int64		token;
 	bool		lost;
 	TimestampTz since;
+	int			max_holders;	/* a semaphore's; 0 for a lock */
 } ZklLockInfo;
 
 /* Register transaction callbacks and create the table (from _PG_init). */
@@ -39,13 +40,15 @@ extern void zkl_init(void);
 
 /*
  * Take a lock on resource (already encoded as relpath, relative to
- * zklock.root).  timeout_ms < 0 means no timeout of the call's own
- * (lock_timeout still applies).  With try_only, return false at once
- * instead of waiting.  On success sets *token (the node's czxid).
+ * zklock.root), or, with mode ZKR_MODE_SEMAPHORE, a lease of the
+ * semaphore of max_holders (semaphore.c).  timeout_ms < 0 means no
+ * timeout of the call's own (lock_timeout still applies).  With try_only,
+ * return false at once instead of waiting.  On success sets *token (the
+ * node's czxid).
  */
 extern bool zkl_acquire(const char *resource, const char *relpath,
-						ZkrMode mode, ZklScope scope, int64 timeout_ms,
-						bool try_only, int64 *token);
+						ZkrMode mode, int max_holders, ZklScope scope,
+						int64 timeout_ms, bool try_only, int64 *token);
 
 /* Release one session-level hold; WARNING and false if none is held. */
 extern bool zkl_release_session(const char *resource, ZkrMode mode);

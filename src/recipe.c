@@ -259,6 +259,18 @@ zkr_protocol_has_mode(ZkrProtocol protocol, ZkrMode mode)
 	return !(protocol == ZKR_PROTOCOL_CURATOR_MUTEX && mode == ZKR_MODE_SHARED);
 }
 
+/* kazoo's names: uuid4().hex, the UUID without its dashes */
+static void
+uuid_hex(const char *uuid, char hex[ZKR_UUID_LEN + 1])
+{
+	int			k = 0;
+
+	for (const char *p = uuid; *p && k < ZKR_UUID_LEN; p++)
+		if (*p != '-')
+			hex[k++] = *p;
+	hex[k] = '\0';
+}
+
 size_t
 zkr_protocol_prefix(ZkrProtocol protocol, ZkrMode mode, const char *uuid,
 					char *out, size_t outsize)
@@ -280,14 +292,9 @@ zkr_protocol_prefix(ZkrProtocol protocol, ZkrMode mode, const char *uuid,
 			break;
 		case ZKR_PROTOCOL_KAZOO:
 			{
-				/* kazoo: uuid4().hex, the UUID without its dashes */
 				char		hex[ZKR_UUID_LEN + 1];
-				int			k = 0;
 
-				for (const char *p = uuid; *p && k < ZKR_UUID_LEN; p++)
-					if (*p != '-')
-						hex[k++] = *p;
-				hex[k] = '\0';
+				uuid_hex(uuid, hex);
 				n = snprintf(out, outsize, "%s%s", hex,
 							 excl ? "__lock__" : "__rlock__");
 				break;
@@ -468,7 +475,129 @@ zkr_mode_name(ZkrMode mode)
 			return "exclusive";
 		case ZKR_MODE_SHARED:
 			return "shared";
+		case ZKR_MODE_SEMAPHORE:
+			return "semaphore";
 		default:
 			return "none";
 	}
+}
+
+/* ----------------------------------------------------------------
+ * Counting semaphores
+ * ----------------------------------------------------------------
+ */
+
+static size_t
+fitted(int n, size_t outsize)
+{
+	return (n < 0 || (size_t) n >= outsize) ? 0 : (size_t) n;
+}
+
+size_t
+zkr_semaphore_parent(ZkrProtocol protocol, ZkrSemPart part, const char *path,
+					 char *out, size_t outsize)
+{
+	if (protocol == ZKR_PROTOCOL_KAZOO)
+		return fitted(part == ZKR_SEM_MUTEX ?
+					  snprintf(out, outsize, "%s-__lock__", path) :
+					  snprintf(out, outsize, "%s", path), outsize);
+	return fitted(snprintf(out, outsize, "%s/%s", path,
+						   part == ZKR_SEM_MUTEX ? "locks" : "leases"),
+				  outsize);
+}
+
+size_t
+zkr_semaphore_prefix(ZkrProtocol protocol, ZkrSemPart part, const char *uuid,
+					 char *out, size_t outsize)
+{
+	if (protocol == ZKR_PROTOCOL_KAZOO)
+	{
+		char		hex[ZKR_UUID_LEN + 1];
+
+		uuid_hex(uuid, hex);
+		return fitted(snprintf(out, outsize, "%s%s", hex,
+							   part == ZKR_SEM_MUTEX ? "__lock__" : ""),
+					  outsize);
+	}
+	return fitted(snprintf(out, outsize, "_c_%s-%s", uuid,
+						   part == ZKR_SEM_MUTEX ? "lock-" : "lease-"),
+				  outsize);
+}
+
+bool
+zkr_semaphore_counts_after_create(ZkrProtocol protocol)
+{
+	return protocol != ZKR_PROTOCOL_KAZOO;
+}
+
+ZkrSemDecision
+zkr_semaphore_decide(const char *const *children, int n, const char *self,
+					 int max_holders)
+{
+	bool		found = false;
+
+	for (int i = 0; i < n && !found; i++)
+		found = strcmp(children[i], self) == 0;
+	if (!found)
+		return ZKR_SEM_MISSING;
+	return n <= max_holders ? ZKR_SEM_HELD : ZKR_SEM_WAIT;
+}
+
+bool
+zkr_semaphore_has_room(int n_children, int max_holders)
+{
+	return n_children < max_holders;
+}
+
+static bool
+py_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' ||
+		c == '\v' || c == '\f';
+}
+
+bool
+zkr_parse_max_leases(const char *data, int len, int64_t *value)
+{
+	int			i = 0;
+	int			end = len;
+	bool		negative = false;
+	bool		overflow = false;
+	bool		digit_before = false;
+	uint64_t	v = 0;
+
+	while (i < end && py_space(data[i]))
+		i++;
+	while (end > i && py_space(data[end - 1]))
+		end--;
+	if (i < end && (data[i] == '+' || data[i] == '-'))
+		negative = data[i++] == '-';
+	if (i >= end)
+		return false;
+	for (; i < end; i++)
+	{
+		char		c = data[i];
+
+		if (c == '_')
+		{
+			/* one underscore, between two digits */
+			if (!digit_before || i + 1 >= end ||
+				data[i + 1] < '0' || data[i + 1] > '9')
+				return false;
+			digit_before = false;
+			continue;
+		}
+		if (c < '0' || c > '9')
+			return false;
+		digit_before = true;
+		if (v > (UINT64_MAX - 9) / 10)
+			overflow = true;
+		else
+			v = v * 10 + (uint64_t) (c - '0');
+	}
+	if (overflow || v > (uint64_t) INT64_MAX)
+		*value = negative ? INT64_MIN : INT64_MAX;
+	else
+		*value = negative ? -(int64_t) v : (int64_t) v;
+	return true;
 }

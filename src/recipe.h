@@ -3,7 +3,8 @@
  * recipe.h
  *	  Pure logic of ZooKeeper's "Locks" and "Shared Locks" recipes: how a
  *	  resource name becomes a znode path, how contender nodes are named and
- *	  recognised, how they are ordered, and which one a waiter watches.
+ *	  recognised, how they are ordered, and which one a waiter watches;
+ *	  and of the counting semaphores of Curator and kazoo.
  *
  * Nothing declared here calls PostgreSQL or ZooKeeper.  The same object is
  * linked into the extension and into the unit-test program under
@@ -37,7 +38,9 @@ typedef enum ZkrMode
 {
 	ZKR_MODE_NONE = 0,			/* not a contender */
 	ZKR_MODE_EXCLUSIVE,
-	ZKR_MODE_SHARED
+	ZKR_MODE_SHARED,
+	ZKR_MODE_SEMAPHORE			/* a semaphore's lease: never a contender
+								 * (zkr_parse_child does not return it) */
 } ZkrMode;
 
 /* Node-name layouts zklock can write (it always reads all of them). */
@@ -191,7 +194,75 @@ typedef struct ZkrQueued
  */
 extern void zkr_mark_holding(ZkrQueued *q, int n);
 
-/* "exclusive" / "shared" / "none" */
+/*
+ * Counting semaphores (Curator InterProcessSemaphoreV2, kazoo Semaphore).
+ * Both take an internal mutex (an exclusive lock) first; only its holder
+ * counts the leases, so one waiter at a time watches the lease list.
+ *
+ *	 layout    internal mutex (lock parent)   leases (parent, node name)
+ *	 curator   <path>/locks, "_c_<uuid>-lock-" <path>/leases, "_c_<uuid>-lease-"
+ *	           (sequential)                    EPHEMERAL_SEQUENTIAL
+ *	 kazoo     <path>-__lock__, "<hex>__lock__" <path>, "<hex>" EPHEMERAL
+ *
+ * Both curator protocols (curator-rw, curator-mutex) use Curator's layout.
+ */
+typedef enum ZkrSemPart
+{
+	ZKR_SEM_MUTEX,				/* the internal mutex */
+	ZKR_SEM_LEASE				/* a lease */
+} ZkrSemPart;
+
+/*
+ * The parent path of a part of the semaphore at path (full path, no
+ * trailing '/').  Returns the length written, 0 if it does not fit.
+ */
+extern size_t zkr_semaphore_parent(ZkrProtocol protocol, ZkrSemPart part,
+								   const char *path, char *out,
+								   size_t outsize);
+
+/* The node-name prefix of a part (the whole name of a kazoo lease). */
+extern size_t zkr_semaphore_prefix(ZkrProtocol protocol, ZkrSemPart part,
+								   const char *uuid, char *out,
+								   size_t outsize);
+
+/* Does the layout create its lease first and count after (Curator)? */
+extern bool zkr_semaphore_counts_after_create(ZkrProtocol protocol);
+
+typedef enum ZkrSemDecision
+{
+	ZKR_SEM_HELD,				/* the lease holds */
+	ZKR_SEM_WAIT,				/* too many leases: wait for a change */
+	ZKR_SEM_MISSING				/* our lease is not among them */
+} ZkrSemDecision;
+
+/*
+ * Curator's rule, applied by the holder of the internal mutex after it
+ * created its lease self: held when the lease parent's children (all of
+ * them, whatever their names, as Curator counts) number at most
+ * max_holders.
+ */
+extern ZkrSemDecision zkr_semaphore_decide(const char *const *children,
+										   int n, const char *self,
+										   int max_holders);
+
+/*
+ * kazoo's rule, applied by the holder of the internal mutex before it
+ * creates a lease: there is room when fewer than max_holders children
+ * exist.
+ */
+extern bool zkr_semaphore_has_room(int n_children, int max_holders);
+
+/*
+ * kazoo records max_leases as decimal text in the semaphore node's data
+ * and compares it with int(data): returns true and sets *value if data
+ * (len bytes) is an integer by Python's int() (surrounding white space,
+ * a sign, digits with single underscores between them), false if it is
+ * anything else (kazoo then ignores it).  A number beyond int64 sets
+ * *value to INT64_MAX or INT64_MIN.
+ */
+extern bool zkr_parse_max_leases(const char *data, int len, int64_t *value);
+
+/* "exclusive" / "shared" / "semaphore" / "none" */
 extern const char *zkr_mode_name(ZkrMode mode);
 
 #endif							/* ZKLOCK_RECIPE_H */

@@ -1344,9 +1344,11 @@ zks_send_create(const char *path, const char *data, int datalen,
 	int			zmode;
 
 	/* an ephemeral node nobody claims is deleted, whatever it is for */
-	req->ephemeral = (mode != ZKS_CONTAINER);
+	req->ephemeral = (mode == ZKS_EPHEMERAL_SEQUENTIAL ||
+					  mode == ZKS_EPHEMERAL);
 	zmode = mode == ZKS_EPHEMERAL_SEQUENTIAL ? ZOO_EPHEMERAL_SEQUENTIAL :
-		mode == ZKS_EPHEMERAL ? ZOO_EPHEMERAL : ZOO_CONTAINER;
+		mode == ZKS_EPHEMERAL ? ZOO_EPHEMERAL :
+		mode == ZKS_PERSISTENT ? ZOO_PERSISTENT : ZOO_CONTAINER;
 	if (zh == NULL)
 		return sent(req, ZINVALIDSTATE);
 	return sent(req, zoo_acreate2(zh, path, data, datalen,
@@ -1355,13 +1357,14 @@ zks_send_create(const char *path, const char *data, int datalen,
 }
 
 ZksRequest *
-zks_send_children(const char *path)
+zks_send_children(const char *path, bool watch)
 {
 	ZksRequest *req = new_request(KIND_CHILDREN, path);
 
 	if (zh == NULL)
 		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_aget_children(zh, path, 0, children_completion, req));
+	return sent(req, zoo_aget_children(zh, path, watch ? 1 : 0,
+									   children_completion, req));
 }
 
 ZksRequest *

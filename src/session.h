@@ -39,8 +39,9 @@ typedef enum ZksRc
 typedef enum ZksCreateMode
 {
 	ZKS_EPHEMERAL_SEQUENTIAL,	/* a contender */
-	ZKS_EPHEMERAL,				/* a wait record (deadlock.c) */
-	ZKS_CONTAINER
+	ZKS_EPHEMERAL,				/* a wait record, a kazoo lease */
+	ZKS_CONTAINER,				/* a lock parent */
+	ZKS_PERSISTENT				/* a kazoo semaphore's node (semaphore.c) */
 } ZksCreateMode;
 
 typedef struct ZksRequest ZksRequest;
@@ -75,7 +76,8 @@ extern bool zks_is_connected(void);
 /* Requests; the returned object belongs to the caller until zks_done(). */
 extern ZksRequest *zks_send_create(const char *path, const char *data,
 								   int datalen, ZksCreateMode mode);
-extern ZksRequest *zks_send_children(const char *path);
+/* With watch, a child watch (it fires at the next change of the list). */
+extern ZksRequest *zks_send_children(const char *path, bool watch);
 extern ZksRequest *zks_send_exists(const char *path, bool watch);
 extern ZksRequest *zks_send_get(const char *path);
 

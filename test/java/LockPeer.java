@@ -9,12 +9,13 @@
  * Prints "ready <session id in hex>" once connected, then answers one line
  * per command:
  *
- *   acquire mutex|write|read <lock path> <timeout ms>
+ *   acquire mutex|write|read|semaphore:<N> <lock path> <timeout ms>
  *       a new InterProcessMutex, or the write or read side of a new
- *       InterProcessReadWriteLock, on <lock path>; blocks until acquired
- *       (timeout < 0: no timeout).
- *       -> "acquired <lock node path>" or "timeout"
- *   release             releases the most recently acquired lock
+ *       InterProcessReadWriteLock, or a lease of a new
+ *       InterProcessSemaphoreV2 of N leases, on <lock path>; blocks until
+ *       acquired (timeout < 0: no timeout).
+ *       -> "acquired <lock node path>" (a lease: its node name) or "timeout"
+ *   release             releases the most recently acquired lock or lease
  *       -> "released"
  *   quit                closes the ZooKeeper session at once, even while an
  *                       acquire blocks (so every node of this peer is gone
@@ -44,6 +45,8 @@ import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryNTimes;
 
 public final class LockPeer
@@ -128,7 +131,8 @@ public final class LockPeer
         reader.setDaemon(true);
         reader.start();
 
-        Deque<InterProcessMutex> held = new ArrayDeque<>();
+        /* InterProcessMutex or Lease, most recent first */
+        Deque<Object> held = new ArrayDeque<>();
         while (true)
         {
             String line = commands.take();
@@ -137,7 +141,23 @@ public final class LockPeer
                 continue;
             try
             {
-                if (w[0].equals("acquire") && w.length == 4)
+                if (w[0].equals("acquire") && w.length == 4 &&
+                    w[1].startsWith("semaphore:"))
+                {
+                    int max = Integer.parseInt(w[1].substring("semaphore:".length()));
+                    InterProcessSemaphoreV2 sem = new InterProcessSemaphoreV2(client, w[2], max);
+                    long ms = Long.parseLong(w[3]);
+                    Lease lease = ms < 0 ? sem.acquire() :
+                        sem.acquire(ms, TimeUnit.MILLISECONDS);
+                    if (lease != null)
+                    {
+                        held.push(lease);
+                        answer("acquired " + lease.getNodeName());
+                    }
+                    else
+                        answer("timeout");
+                }
+                else if (w[0].equals("acquire") && w.length == 4)
                 {
                     InterProcessMutex lock;
                     switch (w[1])
@@ -178,7 +198,11 @@ public final class LockPeer
                         answer("error nothing held");
                     else
                     {
-                        held.pop().release();
+                        Object h = held.pop();
+                        if (h instanceof Lease)
+                            ((Lease) h).close();
+                        else
+                            ((InterProcessMutex) h).release();
                         answer("released");
                     }
                 }

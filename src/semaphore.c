@@ -1,0 +1,278 @@
+/*-------------------------------------------------------------------------
+ *
+ * semaphore.c
+ *	  Counting semaphores in the layouts of Curator's InterProcessSemaphoreV2
+ *	  and kazoo's Semaphore, built from the steps of acquire.c.
+ *
+ * Both recipes take an internal mutex first -- an ordinary exclusive lock,
+ * run by zka_run_queue on its own parent -- and only its holder looks at
+ * the leases.  So the waiters queue on the mutex, each watching its
+ * predecessor, and one waiter at a time watches the lease list: no herd.
+ * Then:
+ *
+ * Curator (zklock.protocol curator-rw or curator-mutex): create our lease,
+ * EPHEMERAL_SEQUENTIAL under <path>/leases, and list the leases with a
+ * child watch (sent back to back: one round trip).  The lease holds when
+ * the leases number at most max_holders; otherwise wait for the list to
+ * change and count again.  An observer can see max_holders + 1 leases
+ * meanwhile: the last one is still counting, not holding.
+ *
+ * kazoo: list the children of <path> with a child watch; when fewer than
+ * max_holders, create our lease there (plain EPHEMERAL, named by random
+ * hex); otherwise wait for a change.  The node <path> is PERSISTENT and
+ * records max_holders as decimal text, as kazoo's _ensure_path does; a
+ * different number recorded there is an error, as kazoo raises one.
+ *
+ * Why never more than max_holders: only the mutex holder creates (kazoo)
+ * or counts (Curator), and its listing is read after its own create of the
+ * mutex node, so the server that answers it has applied every change the
+ * previous mutex holder made before releasing (ZooKeeper applies a
+ * session's requests in order and every server applies transactions in
+ * zxid order): every lease granted before is in the count.  A stale
+ * server can only show leases that are already gone, which makes us wait
+ * longer, never hold too soon.
+ *
+ * Deadlock detection (deadlock.c) does not follow semaphore waits: a
+ * waiter publishes no wait record, so a search that reaches it stops
+ * there.  That can miss a cycle through a semaphore, never invent one.
+ *
+ * src/semaphore.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "semaphore.h"
+#include "zklock.h"
+
+/* A path and a prefix for one part of the semaphore at path. */
+static void
+part_names(ZkrSemPart part, const char *path, const char *uuid,
+		   char **parent, char prefix[ZKR_MAX_PREFIX_BYTES])
+{
+	ZkrProtocol protocol = (ZkrProtocol) zklock_protocol;
+	size_t		size = strlen(path) + 16;
+
+	*parent = palloc(size);
+	if (zkr_semaphore_parent(protocol, part, path, *parent, size) == 0 ||
+		zkr_semaphore_prefix(protocol, part, uuid, prefix,
+							 ZKR_MAX_PREFIX_BYTES) == 0)
+		elog(ERROR, "zklock semaphore node name does not fit");
+}
+
+/*
+ * kazoo's semaphore node: create it PERSISTENT holding max_holders, or
+ * read what an existing one records (both requests sent back to back).
+ */
+static void
+ensure_kazoo_node(ZkaAttempt *a, const char *path, int max_holders)
+{
+	char		data[16];
+
+	snprintf(data, sizeof(data), "%d", max_holders);
+	for (int tries = 0;; tries++)
+	{
+		ZksRc		rc;
+		ZksRc		grc;
+		char	   *recorded;
+		int			len;
+		int64		value;
+
+		a->creq = zks_send_create(path, data, strlen(data), ZKS_PERSISTENT);
+		a->ereq = zks_send_get(path);
+		rc = zka_await_reply(a, a->creq);
+		grc = zka_await_reply(a, a->ereq);
+		zka_done_req(&a->creq);
+		if (rc == ZKS_NONODE && tries < 10)
+		{
+			zka_done_req(&a->ereq);
+			zka_create_ancestors(a);
+			continue;
+		}
+		if (rc == ZKS_CONNECTION_LOSS || grc == ZKS_CONNECTION_LOSS)
+		{
+			/* created or not, the next try tells: NODEEXISTS and our data */
+			zka_done_req(&a->ereq);
+			zka_await_reconnect(a);
+			continue;
+		}
+		if (rc != ZKS_OK && rc != ZKS_NODEEXISTS)
+			zka_failure(a, ZKA_OP_CREATE_PARENT, rc);
+		if (grc != ZKS_OK)
+			zka_failure(a, ZKA_OP_READ, grc);
+
+		recorded = zks_get_data(a->ereq, &len);
+		zka_done_req(&a->ereq);
+		if (zkr_parse_max_leases(recorded, len, &value) &&
+			value != max_holders)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("zklock semaphore \"%s\" allows %s holders, not %d",
+							a->resource, recorded, max_holders),
+					 errdetail("ZooKeeper node \"%s\" records max_leases %s, as kazoo's Semaphore writes it.",
+							   path, recorded),
+					 errhint("Every holder of a semaphore must give the same max_holders; kazoo raises ValueError for this too.")));
+		pfree(recorded);
+		return;
+	}
+}
+
+/*
+ * Wait for the watched list to change (or the session to), bounded by
+ * the attempt's deadline; then be connected again.
+ */
+static void
+await_change(ZkaAttempt *a, ZksEventMark seen)
+{
+	a->waited = true;
+	if (!zks_wait_event(seen, a->deadline))
+		zka_timeout_error(a);
+	if (!zks_is_connected())
+		zka_await_reconnect(a);
+}
+
+/*
+ * List the lease parent (with a child watch unless this is a try) and
+ * return its children; *seen is the event mark taken before the listing.
+ */
+static char **
+list_leases(ZkaAttempt *a, int *n, ZksEventMark *seen)
+{
+	for (;;)
+	{
+		ZksRc		rc;
+		char	  **children;
+
+		if (a->lreq == NULL)
+		{
+			*seen = zks_event_mark();
+			a->lreq = zks_send_children(a->parent, a->watch_listing);
+		}
+		rc = zka_await_reply(a, a->lreq);
+		if (rc == ZKS_CONNECTION_LOSS)
+		{
+			zka_done_req(&a->lreq);
+			zka_await_reconnect(a);
+			continue;
+		}
+		if (rc != ZKS_OK)
+			zka_failure(a, ZKA_OP_LIST, rc);
+		children = zks_get_children(a->lreq, n);
+		zka_done_req(&a->lreq);
+		return children;
+	}
+}
+
+/* Curator: create the lease, then count. */
+static bool
+lease_counted_after_create(ZkaAttempt *a, int max_holders)
+{
+	ZksEventMark seen = zks_event_mark();
+
+	a->create_mode = ZKS_EPHEMERAL_SEQUENTIAL;
+	a->list_after_create = true;
+	a->watch_listing = !a->try_only;
+	zka_create_node(a);			/* leaves the listing in a->lreq */
+
+	for (;;)
+	{
+		int			n;
+		char	  **children = list_leases(a, &n, &seen);
+
+		switch (zkr_semaphore_decide((const char *const *) children, n,
+									 a->name, max_holders))
+		{
+			case ZKR_SEM_HELD:
+				return true;
+			case ZKR_SEM_MISSING:
+				zka_vanished_error(a);
+				break;
+			case ZKR_SEM_WAIT:
+				if (a->try_only)
+					return false;
+				break;
+		}
+		await_change(a, seen);
+	}
+}
+
+/* kazoo: count, then create the lease if there is room. */
+static bool
+lease_counted_before_create(ZkaAttempt *a, int max_holders)
+{
+	a->create_mode = ZKS_EPHEMERAL;
+	a->list_after_create = false;
+	a->watch_listing = !a->try_only;
+
+	for (;;)
+	{
+		int			n;
+		ZksEventMark seen;
+
+		(void) list_leases(a, &n, &seen);
+		if (zkr_semaphore_has_room(n, max_holders))
+		{
+			zka_create_node(a);
+			return true;
+		}
+		if (a->try_only)
+			return false;
+		await_change(a, seen);
+	}
+}
+
+bool
+zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
+{
+	ZkrProtocol protocol = (ZkrProtocol) zklock_protocol;
+	char	   *path = psprintf("%s/%s", zklock_root, relpath);
+	char		uuid[ZKR_UUID_LEN + 1];
+	char		prefix[ZKR_MAX_PREFIX_BYTES];
+	char	   *parent;
+	ZkaAttempt	m;
+	volatile bool held = false;
+
+	/* semaphore waits are not followed by deadlock detection (above) */
+	a->follow_deadlocks = false;
+	zka_new_uuid(uuid);
+	part_names(ZKR_SEM_LEASE, path, uuid, &parent, prefix);
+	zka_set_node(a, parent, prefix);
+
+	/* the internal mutex: an exclusive lock with the same deadline */
+	zka_begin(&m, a->resource, ZKR_MODE_EXCLUSIVE, a->try_only, -1);
+	m.msg_mode = ZKR_MODE_SEMAPHORE;
+	m.follow_deadlocks = false;
+	m.deadline = a->deadline;
+	m.deadline_ms = a->deadline_ms;
+	m.by_lock_timeout = a->by_lock_timeout;
+	part_names(ZKR_SEM_MUTEX, path, uuid, &parent, prefix);
+	zka_set_node(&m, parent, prefix);
+
+	if (!zkr_semaphore_counts_after_create(protocol))
+		ensure_kazoo_node(a, path, max_holders);
+
+	PG_TRY();
+	{
+		bool		mutex = zka_run_queue(&m);
+
+		a->waited = m.waited;
+		if (mutex)
+			held = zkr_semaphore_counts_after_create(protocol) ?
+				lease_counted_after_create(a, max_holders) :
+				lease_counted_before_create(a, max_holders);
+	}
+	PG_CATCH();
+	{
+		/* the lease goes before the mutex, so the next one counts less */
+		zka_abandon(a);
+		zka_abandon(&m);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	/* held or not, the mutex is only for counting: let the next one in */
+	if (!held)
+		zka_abandon(a);
+	zka_abandon(&m);
+	return held;
+}
