@@ -16,6 +16,7 @@ import time
 import psycopg2
 
 import harness
+from test_package import control_version
 from test_multisession import expect_sqlstate, token_of
 
 TIMEOUT = 180
@@ -342,7 +343,7 @@ def test_queue_shows_waits_for(ctx):
 def test_update_from_1_0(ctx):
     """ALTER EXTENSION zklock UPDATE from 1.0: the new column appears, a
     role granted zk_lock_queue keeps its grant, and the functions match a
-    fresh 1.1 install."""
+    fresh install of the current version."""
     pg = ctx.shared.pgs[1]
     for db in ('zklock_upd', 'zklock_fresh'):
         pg.psql('DROP DATABASE IF EXISTS %s' % db)
@@ -369,7 +370,7 @@ def test_update_from_1_0(ctx):
     upd = ctx.backend('dl-upd', cluster=pg, dbname='zklock_upd')
     fresh = ctx.backend('dl-fresh', cluster=pg, dbname='zklock_fresh')
     assert upd.scalar("SELECT extversion FROM pg_extension "
-                      "WHERE extname = 'zklock'") == '1.1'
+                      "WHERE extname = 'zklock'") == control_version()
     got = [(r[0], r[1]) for r in upd.query(q)]
     want = [(r[0], r[1]) for r in fresh.query(q)]
     assert got == want, (got, want)

@@ -30,7 +30,7 @@ import psycopg2
 import harness
 from harness import wait_until
 from test_interop import CuratorPeer, PEER_SESSION_MS, KAZOO_SESSION_S
-from test_multisession import expect_sqlstate, token_of, result
+from test_multisession import expect_sqlstate, notice_sqlstates, token_of
 
 DB = 'zklock_sem'
 MAX = 3
@@ -238,3 +238,438 @@ def test_shared_with_curator_mutex_session_scope(ctx):
 
 def test_shared_with_kazoo(ctx):
     shared_semaphore(ctx, 'kazoo')
+
+
+# ---------------------------------------------------------------------------
+# single-backend behaviour: bad input, re-entrancy, zk_locks, scopes
+# ---------------------------------------------------------------------------
+
+def test_bad_input(ctx):
+    b = sql(ctx, 'sem-bad')
+    for q, args, state in [
+            ('SELECT zk_lock_semaphore(NULL, 3)', None, '22004'),
+            ('SELECT zk_lock_semaphore(%s, NULL)', ['sem-bad'], '22004'),
+            ('SELECT zk_lock_semaphore(%s, 0)', ['sem-bad'], '22023'),
+            ('SELECT zk_try_lock_semaphore(%s, -5)', ['sem-bad'], '22023'),
+            ('SELECT zk_session_lock_semaphore(%s, 1, %s)',
+             ['sem-bad', '-1s'], '22023'),
+            ('SELECT zk_lock_semaphore(%s, 3)', [''], '22023'),
+            ('SELECT zk_unlock_semaphore(NULL)', None, '22004')]:
+        b.query('BEGIN')
+        expect_sqlstate(b.submit(q, args), state, 10, q)
+        b.query('ROLLBACK')
+    settle(ctx, 'curator-rw', 'sem-bad')
+
+
+def test_reentrant_and_zk_locks(ctx):
+    """A second hold of the same semaphore makes no second lease; a
+    different max_holders is refused; zk_locks shows mode and max."""
+    res = 'sem-reent'
+    lease_parent, _ = paths(ctx, 'curator-rw', res)
+    b = sql(ctx, 'sem-reent')
+    b.query('BEGIN')
+    t1 = b.scalar('SELECT zk_lock_semaphore(%s, 3)', [res])
+    t2 = b.scalar('SELECT zk_lock_semaphore(%s, 3)', [res])
+    assert t1 == t2 and t1 > 0
+    assert len(children(ctx, lease_parent)) == 1
+    assert b.scalar('SELECT zk_try_lock_semaphore(%s, 3)', [res]) is True
+    rows = b.query('SELECT mode, scope, count, max_holders, state, '
+                   'fencing_token, node FROM zk_locks WHERE resource = %s',
+                   [res])
+    assert len(rows) == 1, rows
+    mode, scope, count, mx, state, tok, node = rows[0]
+    assert (mode, scope, count, mx, state, tok) == \
+        ('semaphore', 'transaction', 3, 3, 'held', t1), rows
+    assert node.startswith(lease_parent + '/_c_') and '-lease-' in node, node
+    assert ctx.kz.exists(node).czxid == t1
+    b.query('SAVEPOINT s')
+    expect_sqlstate(b.submit('SELECT zk_lock_semaphore(%s, 4)', [res]),
+                    '22023', 10, 'another max_holders')
+    b.query('ROLLBACK TO SAVEPOINT s')
+    b.query('COMMIT')
+    settle(ctx, 'curator-rw', res)
+    # a lock on the same resource is another thing: both held at once
+    b.query('BEGIN')
+    b.scalar('SELECT zk_lock_semaphore(%s, 1)', [res])
+    b.scalar('SELECT zk_lock_exclusive(%s)', [res])
+    assert sorted(r[0] for r in b.query('SELECT mode FROM zk_locks')) == \
+        ['exclusive', 'semaphore']
+    b.query('COMMIT')
+    settle(ctx, 'curator-rw', res)
+
+
+def test_scopes_and_unlock(ctx):
+    res = 'sem-scope'
+    lease_parent, _ = paths(ctx, 'curator-rw', res)
+    b = sql(ctx, 'sem-scope')
+    b.query('BEGIN')
+    b.scalar('SELECT zk_session_lock_semaphore(%s, 2)', [res])
+    b.query('ROLLBACK')                 # session scope survives
+    assert len(children(ctx, lease_parent)) == 1
+    b.query('BEGIN')
+    b.query('SAVEPOINT s')
+    assert b.scalar('SELECT zk_try_lock_semaphore(%s, 2)', [res]) is True
+    b.query('ROLLBACK TO SAVEPOINT s')  # the xact hold goes, the node stays
+    b.query('COMMIT')
+    assert len(children(ctx, lease_parent)) == 1
+    assert b.scalar('SELECT zk_unlock_semaphore(%s)', [res]) is True
+    settle(ctx, 'curator-rw', res)
+    got = notice_sqlstates(ctx, "SELECT zk_unlock_semaphore('%s')" % res)
+    assert len(got) == 1 and got[0][:2] == ('WARNING', '01000') and \
+        "you don't own a session-level semaphore" in got[0][2], got
+    b.scalar('SELECT zk_session_lock_semaphore(%s, 2)', [res])
+    b.scalar('SELECT zk_session_lock_semaphore(%s, 2)', [res])
+    b.query('SELECT zk_unlock_all()')
+    settle(ctx, 'curator-rw', res)
+
+
+def test_try_timeout_and_release_order(ctx):
+    """Full semaphore: try is false at once, a timeout is 55P03, and a
+    waiter gets the lease a holder gives back; nothing stays behind."""
+    for protocol in ('curator-rw', 'kazoo'):
+        res = 'sem-full-%s' % protocol
+        holders = [sql(ctx, 'sem-h%d' % i, protocol) for i in range(2)]
+        w = sql(ctx, 'sem-w', protocol)
+        for h in holders:
+            h.query('BEGIN')
+            token_of(h.submit('SELECT zk_lock_semaphore(%s, 2)', [res]), 10)
+        w.query('BEGIN')
+        assert w.scalar('SELECT zk_try_lock_semaphore(%s, 2)', [res]) is False
+        settle(ctx, protocol, res, leases=2)
+        t0 = time.monotonic()
+        expect_sqlstate(w.submit('SELECT zk_lock_semaphore(%s, 2, %s)',
+                                 [res, '300ms']), '55P03', 10, 'timeout')
+        assert time.monotonic() - t0 >= 0.3
+        w.query('ROLLBACK')
+        settle(ctx, protocol, res, leases=2)
+        w.query('BEGIN')
+        fut = w.submit('SELECT zk_lock_semaphore(%s, 2)', [res])
+        ctx.wait_state(w)
+        holders[0].query('COMMIT')
+        token_of(fut, 20, 'waiter after a release')
+        settle(ctx, protocol, res, leases=2)
+        w.query('COMMIT')
+        holders[1].query('COMMIT')
+        settle(ctx, protocol, res)
+
+
+def test_give_ups_leave_nothing(ctx):
+    """cancel, statement_timeout, lock_timeout and backend exit while
+    waiting for the lease (or for the internal mutex) leave no lease and
+    no internal-mutex node; the holder is unaffected."""
+    for protocol in ('curator-rw', 'kazoo'):
+        res = 'sem-giveup-%s' % protocol
+        h = sql(ctx, 'sem-holder', protocol)
+        h.query('BEGIN')
+        token_of(h.submit('SELECT zk_lock_semaphore(%s, 1)', [res]), 10)
+        # two waiters: the first waits for the lease, the second for the
+        # internal mutex
+        ws = [sql(ctx, 'sem-gw%d' % i, protocol) for i in range(2)]
+        futs = []
+        for w in ws:
+            futs.append(w.submit('SELECT zk_lock_semaphore(%s, 1)', [res]))
+            ctx.wait_state(w)
+        _, mutex_parent = paths(ctx, protocol, res)
+        assert len(children(ctx, mutex_parent)) == 2
+        ws[1].cancel()
+        expect_sqlstate(futs[1], '57014', 10, 'cancelled mutex waiter')
+        ws[0].cancel()
+        expect_sqlstate(futs[0], '57014', 10, 'cancelled lease waiter')
+        settle(ctx, protocol, res, leases=1)
+        ws[0].query("SET statement_timeout = '200ms'")
+        expect_sqlstate(ws[0].submit('SELECT zk_lock_semaphore(%s, 1)', [res]),
+                        '57014', 10, 'statement_timeout')
+        ws[0].query('RESET statement_timeout')
+        ws[0].query("SET lock_timeout = '200ms'")
+        expect_sqlstate(ws[0].submit('SELECT zk_lock_semaphore(%s, 1)', [res]),
+                        '55P03', 10, 'lock_timeout')
+        ws[0].query('RESET lock_timeout')
+        settle(ctx, protocol, res, leases=1)
+        fut = ws[1].submit('SELECT zk_lock_semaphore(%s, 1)', [res])
+        ctx.wait_state(ws[1])
+        harness.terminate_backend(ctx.pg, ws[1].pid)
+        try:
+            fut.result(10)
+        except psycopg2.Error:
+            pass
+        settle(ctx, protocol, res, leases=1)
+        h.query('COMMIT')
+        settle(ctx, protocol, res)
+
+
+def test_one_waiter_watches_the_leases(ctx):
+    """Herd-free: with a full semaphore and five waiters, one child watch
+    (the internal mutex's holder, on the lease list) and one data watch
+    per other waiter (each on its predecessor in the mutex queue)."""
+    res = 'sem-herd'
+    base = ctx.zk.watch_counts()
+    h = sql(ctx, 'sem-herd-h')
+    h.query('BEGIN')
+    token_of(h.submit('SELECT zk_lock_semaphore(%s, 1)', [res]), 10)
+    ws = [sql(ctx, 'sem-herd-w%d' % i) for i in range(5)]
+    futs = []
+    for w in ws:
+        w.query('BEGIN')
+        futs.append(w.submit('SELECT zk_lock_semaphore(%s, 1)', [res]))
+        ctx.wait_state(w)
+    seen = {}
+
+    def counted():
+        c = ctx.zk.watch_counts()
+        seen['c'] = c
+        return (c['child'] - base['child'] == 1 and
+                c['data'] - base['data'] == 4)
+    try:
+        wait_until(counted, 10, 'one child watch and four data watches')
+    except TimeoutError:
+        raise AssertionError('watches: %r (before: %r)' % (seen, base)) \
+            from None
+    h.query('COMMIT')
+    for i, (w, f) in enumerate(zip(ws, futs)):
+        token_of(f, 30, 'waiter %d' % i)
+        w.query('COMMIT')
+    settle(ctx, 'curator-rw', res)
+
+
+def test_semaphore_wait_publishes_no_wait_record(ctx):
+    """Deadlock detection does not follow semaphore waits: past
+    deadlock_timeout a waiter publishes no record (so no search can find
+    a cycle through it, and none can be false)."""
+    res = 'sem-dl'
+    waits = '%s/%%waits' % ctx.root
+    h = sql(ctx, 'sem-dl-h')
+    h.query('BEGIN')
+    token_of(h.submit('SELECT zk_lock_semaphore(%s, 1)', [res]), 10)
+    w = sql(ctx, 'sem-dl-w')
+    w.query("SET deadlock_timeout = '100ms'")
+    before = ctx.kz.exists(waits)
+    before = before.cversion if before else None
+    w.query('BEGIN')
+    expect_sqlstate(w.submit('SELECT zk_lock_semaphore(%s, 1, %s)',
+                             [res, '1500ms']), '55P03', 10,
+                    'semaphore wait past deadlock_timeout')
+    after = ctx.kz.exists(waits)
+    assert (after.cversion if after else None) == before, (before, after)
+    w.query('ROLLBACK')
+    h.query('COMMIT')
+    settle(ctx, 'curator-rw', res)
+
+
+def test_kazoo_count_recorded(ctx):
+    """kazoo's layout: the semaphore node is PERSISTENT and records
+    max_leases; asking with another count is 22023, as kazoo raises."""
+    res = 'sem-kz-count'
+    path = '%s/%s' % (ctx.root, res)
+    b = sql(ctx, 'sem-kzc', 'kazoo')
+    b.query('BEGIN')
+    b.scalar('SELECT zk_lock_semaphore(%s, 3)', [res])
+    data, stat = ctx.kz.get(path)
+    assert data == b'3' and stat.ephemeralOwner == 0, (data, stat)
+    b.query('COMMIT')
+    b.query('BEGIN')
+    e = expect_sqlstate(b.submit('SELECT zk_lock_semaphore(%s, 2)', [res]),
+                        '22023', 10, 'another count')
+    assert 'max_leases 3' in str(e), e
+    b.query('ROLLBACK')
+    sem = ctx.kz.Semaphore(path, max_leases=2)
+    try:
+        sem.acquire(timeout=5)
+        raise AssertionError('kazoo accepted max_leases 2 over a recorded 3')
+    except ValueError:
+        pass
+    settle(ctx, 'kazoo', res)
+    ctx.kz.delete(path)
+
+
+# ---------------------------------------------------------------------------
+# failures: a killed holder, a lost lease
+# ---------------------------------------------------------------------------
+
+KAZOO_HOLDER = r'''
+import sys, time
+from kazoo.client import KazooClient
+kz = KazooClient(hosts=sys.argv[1], timeout=float(sys.argv[3]))
+kz.start(timeout=15)
+sem = kz.Semaphore(sys.argv[2], identifier='kazoo-holder', max_leases=1)
+assert sem.acquire(timeout=30)
+print('held', flush=True)
+time.sleep(600)
+'''
+
+
+def killed_holder_frees(ctx, protocol, start_holder, timeout_s):
+    res = 'sem-kill-%s' % protocol
+    path = '%s/%s' % (ctx.root, res)
+    lease_parent, _ = paths(ctx, protocol, res)
+    kill = start_holder(path)
+    try:
+        held = children(ctx, lease_parent)
+        assert len(held) == 1, held
+        w = sql(ctx, 'sem-kill-w', protocol)
+        w.query('BEGIN')
+        fut = w.submit('SELECT zk_lock_semaphore(%s, 1)', [res])
+        ctx.wait_state(w)
+        t0 = time.monotonic()
+        kill()
+        token_of(fut, timeout_s + 30, 'waiter after the holder was killed')
+        took = time.monotonic() - t0
+    finally:
+        kill()
+    now = children(ctx, lease_parent)
+    assert held[0] not in now and len(now) == 1, (held, now)
+    ctx.figure('%s holder killed -> waiter holds' % protocol, took, 's',
+               '%.1f')
+    # the dead session's lease went with its session, not before
+    assert took >= timeout_s * 0.5, took
+    w.query('COMMIT')
+    settle(ctx, protocol, res)
+
+
+def test_killed_curator_holder(ctx):
+    peer = CuratorPeer(ctx, 'sem-kill')
+
+    def start(path):
+        assert peer.acquire('semaphore:1', path, 30000) is not None
+
+        def kill():
+            if peer.proc.poll() is None:
+                os.kill(peer.proc.pid, signal.SIGKILL)
+                peer.proc.wait(10)
+            peer.stop()
+        return kill
+    killed_holder_frees(ctx, 'curator-rw', start, PEER_SESSION_MS / 1000.0)
+
+
+def test_killed_kazoo_holder(ctx):
+    def start(path):
+        p = subprocess.Popen([sys.executable, '-c', KAZOO_HOLDER,
+                              ctx.zk.connect_string, path,
+                              str(KAZOO_SESSION_S)],
+                             stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        line = p.stdout.readline().strip()
+        assert line == 'held', line
+
+        def kill():
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        return kill
+    killed_holder_frees(ctx, 'kazoo', start, KAZOO_SESSION_S)
+
+
+def test_killed_backend_holder(ctx):
+    """A backend killed with SIGKILL (its cluster restarts, its ZooKeeper
+    session is left to expire) frees its lease after the session timeout;
+    a backend of the other cluster gets it."""
+    def start(path):
+        h = sql(ctx, 'sem-kill-h', cluster_b=True)
+        h.query('BEGIN')
+        h.scalar('SELECT zk_lock_semaphore(%s, 1)',
+                 [path[len(ctx.root) + 1:]])
+        pid = h.pid
+        done = []
+
+        def kill():
+            if not done:
+                done.append(1)
+                os.kill(pid, signal.SIGKILL)
+        return kill
+    killed_holder_frees(ctx, 'curator-rw', start, ctx.session_timeout)
+    pg_b = ctx.shared.pg_b
+    wait_until(lambda: pg_b.psql('SELECT 1', dbname=DB) is not None, 60,
+               'cluster sem-b back after the crash')
+
+
+def test_lost_lease_fails_commit(ctx):
+    """A lease deleted by another client while held: COMMIT fails with
+    40001 (transaction scope); in session scope every commit fails until
+    zk_unlock_semaphore acknowledges it."""
+    for protocol in ('curator-rw', 'kazoo'):
+        res = 'sem-lost-%s' % protocol
+        b = sql(ctx, 'sem-lost', protocol)
+        b.query('BEGIN')
+        b.scalar('SELECT zk_lock_semaphore(%s, 2)', [res])
+        node = b.scalar('SELECT node FROM zk_locks WHERE resource = %s', [res])
+        ctx.kz.delete(node)
+        e = expect_sqlstate(b.submit('COMMIT'), '40001', 20, 'COMMIT')
+        assert 'semaphore zklock on "%s" was lost' % res in str(e), e
+        b.query('ROLLBACK')
+
+        b.scalar('SELECT zk_session_lock_semaphore(%s, 2)', [res])
+        node = b.scalar('SELECT node FROM zk_locks WHERE resource = %s', [res])
+        ctx.kz.delete(node)
+        b.query('BEGIN')
+        e = expect_sqlstate(b.submit('COMMIT'), '40001', 20, 'COMMIT')
+        assert 'zk_unlock_semaphore' in str(e), e
+        b.query('ROLLBACK')
+        assert b.scalar('SELECT zk_unlock_semaphore(%s)', [res]) is True
+        b.query('BEGIN')
+        b.query('COMMIT')
+        settle(ctx, protocol, res)
+
+
+def test_update_from_1_1_keeps_grants(ctx):
+    """ALTER EXTENSION zklock UPDATE from 1.1: the semaphore functions
+    come (EXECUTE revoked from PUBLIC, as in a fresh install), zk_locks
+    gains max_holders, and the grants given on zk_locks() and on the view
+    (to a role with grant option, and to PUBLIC) are kept."""
+    pg = ctx.shared.pg_b
+    role = 'zklock_sem_viewer'
+    for db in ('zklock_upd12', 'zklock_fresh12'):
+        pg.psql('DROP DATABASE IF EXISTS %s' % db)
+        pg.psql('CREATE DATABASE %s' % db)
+    pg.psql('DROP ROLE IF EXISTS %s' % role)
+    pg.psql('CREATE ROLE %s' % role)
+    pg.psql("CREATE EXTENSION zklock VERSION '1.1'", dbname='zklock_upd12')
+    for g in ('GRANT EXECUTE ON FUNCTION zk_locks() TO %s WITH GRANT OPTION'
+              % role,
+              'GRANT EXECUTE ON FUNCTION zk_locks() TO PUBLIC',
+              'GRANT SELECT ON zk_locks TO %s WITH GRANT OPTION' % role,
+              'GRANT SELECT ON zk_locks TO PUBLIC'):
+        pg.psql(g, dbname='zklock_upd12')
+    fn_acl = ("SELECT array_agg(coalesce(r.rolname, 'PUBLIC') || ':' || "
+              "a.is_grantable ORDER BY 1) FROM pg_proc p, aclexplode(p.proacl) a "
+              "LEFT JOIN pg_roles r ON r.oid = a.grantee "
+              "WHERE p.oid = 'zk_locks()'::regprocedure "
+              "AND a.grantee <> p.proowner")
+    view_acl = ("SELECT array_agg(coalesce(r.rolname, 'PUBLIC') || ':' || "
+                "a.privilege_type || ':' || a.is_grantable ORDER BY 1) "
+                "FROM pg_class c, aclexplode(c.relacl) a "
+                "LEFT JOIN pg_roles r ON r.oid = a.grantee "
+                "WHERE c.oid = 'zk_locks'::regclass "
+                "AND a.grantee <> c.relowner")
+    pg.psql('ALTER EXTENSION zklock UPDATE', dbname='zklock_upd12')
+    pg.psql('CREATE EXTENSION zklock', dbname='zklock_fresh12')
+    q = ("SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid) "
+         "|| ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p "
+         "JOIN pg_depend d ON d.objid = p.oid JOIN pg_extension e "
+         "ON e.oid = d.refobjid AND e.extname = 'zklock' ORDER BY 1")
+    sem_acl = ("SELECT p.oid::regprocedure::text, p.proacl::text FROM pg_proc p "
+               "WHERE p.proname LIKE '%semaphore%' ORDER BY 1")
+    upd = ctx.backend('sem-upd', cluster=pg, dbname='zklock_upd12')
+    fresh = ctx.backend('sem-fresh', cluster=pg, dbname='zklock_fresh12')
+    try:
+        assert upd.scalar("SELECT extversion FROM pg_extension "
+                          "WHERE extname = 'zklock'") == '1.2'
+        assert upd.query(q) == fresh.query(q)
+        assert upd.query(sem_acl) == fresh.query(sem_acl)
+        assert len(upd.query(sem_acl)) == 5
+        assert sorted(upd.scalar(fn_acl)) == ['PUBLIC:false', role + ':true']
+        assert sorted(upd.scalar(view_acl)) == \
+            ['PUBLIC:SELECT:false', role + ':SELECT:true']
+        cols = [r[0] for r in upd.query(
+            "SELECT attname FROM pg_attribute WHERE attrelid = "
+            "'zk_locks'::regclass AND attnum > 0 ORDER BY attnum")]
+        assert cols[-1] == 'max_holders', cols
+        upd.query('SET ROLE %s' % role)
+        assert upd.query('SELECT * FROM zk_locks') == []
+        expect_sqlstate(upd.submit("SELECT zk_try_lock_semaphore('x', 1)"),
+                        '42501', 10, 'semaphore without a grant')
+        upd.query('RESET ROLE')
+    finally:
+        upd.close()
+        fresh.close()
+        for db in ('zklock_upd12', 'zklock_fresh12'):
+            pg.psql('DROP DATABASE %s WITH (FORCE)' % db)
+        pg.psql('DROP ROLE %s' % role)
