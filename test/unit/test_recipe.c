@@ -1607,6 +1607,107 @@ test_waitgraph(void)
 	}
 }
 
+/* Counting semaphores: layouts, names, the two counting rules, kazoo's text */
+static void
+test_semaphores(void)
+{
+	const char *uuid = "0f8e2c1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b";
+	char		out[128];
+	int64_t		v;
+
+	ok(zkr_semaphore_parent(ZKR_PROTOCOL_CURATOR_RW, ZKR_SEM_LEASE, "/r/job",
+							out, sizeof(out)) > 0 &&
+	   strcmp(out, "/r/job/leases") == 0, "semaphore: curator leases parent");
+	ok(zkr_semaphore_parent(ZKR_PROTOCOL_CURATOR_MUTEX, ZKR_SEM_MUTEX, "/r/job",
+							out, sizeof(out)) > 0 &&
+	   strcmp(out, "/r/job/locks") == 0, "semaphore: curator mutex parent");
+	ok(zkr_semaphore_parent(ZKR_PROTOCOL_KAZOO, ZKR_SEM_LEASE, "/r/job",
+							out, sizeof(out)) > 0 &&
+	   strcmp(out, "/r/job") == 0, "semaphore: kazoo leases under the path");
+	ok(zkr_semaphore_parent(ZKR_PROTOCOL_KAZOO, ZKR_SEM_MUTEX, "/r/job",
+							out, sizeof(out)) > 0 &&
+	   strcmp(out, "/r/job-__lock__") == 0, "semaphore: kazoo mutex sibling");
+	ok(zkr_semaphore_parent(ZKR_PROTOCOL_KAZOO, ZKR_SEM_MUTEX, "/r/job",
+							out, 10) == 0, "semaphore: a parent that does not fit");
+
+	ok(zkr_semaphore_prefix(ZKR_PROTOCOL_CURATOR_RW, ZKR_SEM_LEASE, uuid,
+							out, sizeof(out)) > 0 &&
+	   strcmp(out, "_c_0f8e2c1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b-lease-") == 0,
+	   "semaphore: curator lease prefix (protected)");
+	ok(zkr_semaphore_prefix(ZKR_PROTOCOL_CURATOR_RW, ZKR_SEM_MUTEX, uuid,
+							out, sizeof(out)) > 0 &&
+	   strcmp(out, "_c_0f8e2c1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b-lock-") == 0,
+	   "semaphore: curator mutex prefix, an exclusive contender");
+	{
+		ZkrContender c;
+		char		name[160];
+
+		snprintf(name, sizeof(name), "%s%s", out, "0000000007");
+		ok(zkr_parse_child(name, &c) && c.mode == ZKR_MODE_EXCLUSIVE,
+		   "semaphore: the curator mutex node parses as exclusive");
+	}
+	ok(zkr_semaphore_prefix(ZKR_PROTOCOL_KAZOO, ZKR_SEM_LEASE, uuid,
+							out, sizeof(out)) > 0 &&
+	   strcmp(out, "0f8e2c1a3b4d4e5f8a9b0c1d2e3f4a5b") == 0,
+	   "semaphore: kazoo lease is uuid4().hex");
+	{
+		ZkrContender c;
+
+		ok(!zkr_parse_child(out, &c), "semaphore: a kazoo lease is no contender");
+	}
+	ok(zkr_semaphore_prefix(ZKR_PROTOCOL_KAZOO, ZKR_SEM_MUTEX, uuid,
+							out, sizeof(out)) > 0 &&
+	   strcmp(out, "0f8e2c1a3b4d4e5f8a9b0c1d2e3f4a5b__lock__") == 0,
+	   "semaphore: kazoo mutex prefix");
+	ok(zkr_semaphore_counts_after_create(ZKR_PROTOCOL_CURATOR_RW) &&
+	   zkr_semaphore_counts_after_create(ZKR_PROTOCOL_CURATOR_MUTEX) &&
+	   !zkr_semaphore_counts_after_create(ZKR_PROTOCOL_KAZOO),
+	   "semaphore: Curator counts after its create, kazoo before");
+
+	{
+		const char *three[] = {"a-lease-0000000001", "b-lease-0000000002",
+		"c-lease-0000000003"};
+		const char *four[] = {"a-lease-0000000001", "b-lease-0000000002",
+		"c-lease-0000000003", "x"};
+
+		ok(zkr_semaphore_decide(three, 3, "c-lease-0000000003", 3) == ZKR_SEM_HELD,
+		   "semaphore: three leases of three hold");
+		ok(zkr_semaphore_decide(three, 3, "c-lease-0000000003", 2) == ZKR_SEM_WAIT,
+		   "semaphore: three leases of two wait");
+		ok(zkr_semaphore_decide(four, 4, "a-lease-0000000001", 3) == ZKR_SEM_WAIT,
+		   "semaphore: every child counts, whatever its name (as Curator)");
+		ok(zkr_semaphore_decide(three, 3, "d-lease-0000000004", 5) == ZKR_SEM_MISSING,
+		   "semaphore: our lease missing is told apart");
+		ok(zkr_semaphore_decide(three, 0, "a-lease-0000000001", 5) == ZKR_SEM_MISSING,
+		   "semaphore: an empty list misses our lease");
+	}
+	ok(zkr_semaphore_has_room(2, 3) && !zkr_semaphore_has_room(3, 3) &&
+	   !zkr_semaphore_has_room(4, 3) && zkr_semaphore_has_room(0, 1),
+	   "semaphore: kazoo has room below the count only");
+
+	ok(zkr_parse_max_leases("3", 1, &v) && v == 3, "max_leases: \"3\"");
+	ok(zkr_parse_max_leases(" 12\n", 4, &v) && v == 12,
+	   "max_leases: white space around, as int() strips it");
+	ok(zkr_parse_max_leases("+7", 2, &v) && v == 7, "max_leases: a plus sign");
+	ok(zkr_parse_max_leases("-2", 2, &v) && v == -2, "max_leases: negative");
+	ok(zkr_parse_max_leases("1_000", 5, &v) && v == 1000,
+	   "max_leases: an underscore between digits");
+	ok(zkr_parse_max_leases("007", 3, &v) && v == 7, "max_leases: leading zeros");
+	ok(!zkr_parse_max_leases("", 0, &v), "max_leases: empty is not a number");
+	ok(!zkr_parse_max_leases("  ", 2, &v), "max_leases: blanks are not a number");
+	ok(!zkr_parse_max_leases("3x", 2, &v), "max_leases: trailing junk");
+	ok(!zkr_parse_max_leases("1__0", 4, &v) && !zkr_parse_max_leases("_1", 2, &v) &&
+	   !zkr_parse_max_leases("1_", 2, &v), "max_leases: misplaced underscores");
+	ok(!zkr_parse_max_leases("3.0", 3, &v), "max_leases: not an integer");
+	ok(!zkr_parse_max_leases("-", 1, &v), "max_leases: a lone sign");
+	ok(zkr_parse_max_leases("99999999999999999999999", 23, &v) && v == INT64_MAX,
+	   "max_leases: beyond int64 clips");
+	ok(zkr_parse_max_leases("3\0", 1, &v) && v == 3,
+	   "max_leases: only len bytes are read");
+	ok(strcmp(zkr_mode_name(ZKR_MODE_SEMAPHORE), "semaphore") == 0,
+	   "mode name: semaphore");
+}
+
 int
 main(void)
 {
@@ -1621,6 +1722,7 @@ main(void)
 	test_certain_deadlock();
 	test_mark_holding();
 	test_waitgraph();
+	test_semaphores();
 
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)
