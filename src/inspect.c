@@ -107,8 +107,9 @@ typedef struct QueuePart
 } QueuePart;
 
 /*
- * Fetch every name's data and stat (sent back to back from gets[*sent]
- * on) and append the entries that still exist to q at *k.
+ * Fetch every name's data and stat (the gets sent back to back, kept in
+ * r->gets for end_reads) and append the entries that still exist to q at
+ * *k.
  */
 static void
 fetch_part(QueuePart *p, QueueReads *r, ZkqEntry *q, int *k)
@@ -143,6 +144,15 @@ fetch_part(QueuePart *p, QueueReads *r, ZkqEntry *q, int *k)
 		(*k)++;
 	}
 	p->count = *k - p->first;
+}
+
+static int
+czxid_cmp(const void *a, const void *b)
+{
+	int64		x = ((const ZkqEntry *) a)->czxid;
+	int64		y = ((const ZkqEntry *) b)->czxid;
+
+	return x < y ? -1 : x > y;
 }
 
 /* Contenders among names, in recipe order, as a part. */
@@ -260,6 +270,15 @@ zkq_queue(const char *relpath, int *n)
 	PG_END_TRY();
 
 	judge(q, locks.first, locks.count);
+
+	/*
+	 * Leases in the order they were created (a listing comes in no
+	 * particular order, and kazoo's names carry no sequence), then
+	 * numbered again.
+	 */
+	qsort(q + leases.first, leases.count, sizeof(ZkqEntry), czxid_cmp);
+	for (int i = leases.first; i < leases.first + leases.count; i++)
+		q[i].position = i + 1;
 
 	/*
 	 * A semaphore: its leases hold, and the waiters queue on the internal
