@@ -96,18 +96,11 @@ zka_owner_line(void)
 void
 zka_timeout_error(ZkaAttempt *a)
 {
-	if (a->msg_mode == ZKR_MODE_SEMAPHORE)
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not obtain a lease of zklock semaphore \"%s\"",
-						a->resource),
-				 a->by_lock_timeout ?
-				 errdetail("\"lock_timeout\" (%lld ms) expired while waiting.",
-						   (long long) a->deadline_ms) :
-				 errdetail("The timeout of %lld ms given to the call expired while waiting.",
-						   (long long) a->deadline_ms)));
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 a->msg_mode == ZKR_MODE_SEMAPHORE ?
+			 errmsg("could not obtain a lease of zklock semaphore \"%s\"",
+					a->resource) :
 			 errmsg("could not obtain %s zklock on \"%s\"",
 					zkr_mode_name(a->msg_mode), a->resource),
 			 a->by_lock_timeout ?
