@@ -494,6 +494,18 @@ zka_run_queue(ZkaAttempt *a)
 	a->create_mode = ZKS_EPHEMERAL_SEQUENTIAL;
 	a->list_after_create = true;
 	zka_create_node(a);
+	return zka_await_turn(a);
+}
+
+/*
+ * The recipe's loop once our node exists: decide from the listing in
+ * a->lreq (sent now if there is none), watch, list again.
+ */
+bool
+zka_await_turn(ZkaAttempt *a)
+{
+	if (a->lreq == NULL)
+		a->lreq = zks_send_children(a->parent, false);
 
 	for (;;)
 	{
@@ -745,5 +757,17 @@ void
 zka_create_ancestors(ZkaAttempt *a)
 {
 	send_parents(a, false);
+	check_parents(a);
+}
+
+void
+zka_send_parents(ZkaAttempt *a)
+{
+	send_parents(a, true);
+}
+
+void
+zka_check_parents(ZkaAttempt *a)
+{
 	check_parents(a);
 }

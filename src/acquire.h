@@ -92,6 +92,15 @@ extern void zka_set_node(ZkaAttempt *a, const char *parent,
  */
 extern void zka_create_ancestors(ZkaAttempt *a);
 
+/*
+ * The same split in two, for many attempts at once: send the creates of
+ * a->parent and of its ancestors not known to exist (CONTAINER nodes),
+ * then wait for their replies.  Existing nodes are fine; a lost reply or
+ * a missing level is left to the create that follows.
+ */
+extern void zka_send_parents(ZkaAttempt *a);
+extern void zka_check_parents(ZkaAttempt *a);
+
 /* The data every node of this backend carries: one line naming it. */
 extern char *zka_owner_line(void);
 
@@ -109,6 +118,13 @@ extern void zka_create_node(ZkaAttempt *a);
  * true once the node holds, false for a try that found it taken.
  */
 extern bool zka_run_queue(ZkaAttempt *a);
+
+/*
+ * The same once the node exists (a->node, a->name set): decides from the
+ * listing in a->lreq, or from a new one if a->lreq is NULL.  With
+ * try_only, returns false instead of waiting (a->lreq is then NULL).
+ */
+extern bool zka_await_turn(ZkaAttempt *a);
 
 /* Wait for a reply; a deadline that passes first ends the attempt (55P03). */
 extern ZksRc zka_await_reply(ZkaAttempt *a, ZksRequest *req);

@@ -16,10 +16,13 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "inspect.h"
@@ -44,29 +47,32 @@ PG_FUNCTION_INFO_V1(zk_try_lock_semaphore);
 PG_FUNCTION_INFO_V1(zk_session_lock_semaphore);
 PG_FUNCTION_INFO_V1(zk_try_session_lock_semaphore);
 PG_FUNCTION_INFO_V1(zk_unlock_semaphore);
+PG_FUNCTION_INFO_V1(zk_lock_exclusive_array);
+PG_FUNCTION_INFO_V1(zk_lock_shared_array);
+PG_FUNCTION_INFO_V1(zk_try_lock_exclusive_array);
+PG_FUNCTION_INFO_V1(zk_try_lock_shared_array);
+PG_FUNCTION_INFO_V1(zk_session_lock_exclusive_array);
+PG_FUNCTION_INFO_V1(zk_session_lock_shared_array);
+PG_FUNCTION_INFO_V1(zk_try_session_lock_exclusive_array);
+PG_FUNCTION_INFO_V1(zk_try_session_lock_shared_array);
+PG_FUNCTION_INFO_V1(zk_unlock_array);
+PG_FUNCTION_INFO_V1(zk_unlock_shared_array);
 PG_FUNCTION_INFO_V1(zk_locks);
 PG_FUNCTION_INFO_V1(zk_lock_queue);
 PG_FUNCTION_INFO_V1(zk_status);
 
 /*
- * The resource argument: non-NULL text of 1 to 512 bytes without empty
- * levels.  Returns it as a C string and sets *relpath to its encoding.
+ * A resource name: text of 1 to 512 bytes without empty levels.  Returns
+ * it as a C string and sets *relpath to its encoding.
  */
 static char *
-resource_arg(FunctionCallInfo fcinfo, char **relpath)
+encode_resource(text *t, char **relpath)
 {
-	text	   *t;
 	char	   *res;
 	char	   *utf8;
 	size_t		utf8_len;
 	char	   *out;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("zklock resource name must not be null")));
-
-	t = PG_GETARG_TEXT_PP(0);
 	res = text_to_cstring(t);
 	out = palloc(ZKR_MAX_ENCODED_BYTES + 1);
 
@@ -110,6 +116,58 @@ resource_arg(FunctionCallInfo fcinfo, char **relpath)
 	}
 	*relpath = out;
 	return res;
+}
+
+/* The resource argument (the first): a resource name, not NULL. */
+static char *
+resource_arg(FunctionCallInfo fcinfo, char **relpath)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock resource name must not be null")));
+	return encode_resource(PG_GETARG_TEXT_PP(0), relpath);
+}
+
+/*
+ * The resources argument (the first) of the array functions: a
+ * one-dimensional text array without NULLs, each element a resource name.
+ * Returns the number of elements; sets *names and *relpaths.
+ */
+static int
+resources_arg(FunctionCallInfo fcinfo, char ***names, char ***relpaths)
+{
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock resource array must not be null")));
+	arr = PG_GETARG_ARRAYTYPE_P(0);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("zklock resource array must be one-dimensional"),
+				 errdetail("The array given has %d dimensions.", ARR_NDIM(arr))));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	*names = palloc(sizeof(char *) * Max(n, 1));
+	*relpaths = palloc(sizeof(char *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("zklock resource name must not be null"),
+					 errdetail("Element %d of the array is null.",
+							   ARR_LBOUND(arr)[0] + i)));
+		(*names)[i] = encode_resource(DatumGetTextPP(elems[i]),
+									  &(*relpaths)[i]);
+	}
+	return n;
 }
 
 /* The timeout argument (number argno): NULL means none; negative is an error. */
@@ -235,6 +293,109 @@ zk_unlock_all(PG_FUNCTION_ARGS)
 {
 	zkl_release_all_session();
 	PG_RETURN_VOID();
+}
+
+static Datum
+lock_many_common(FunctionCallInfo fcinfo, ZkrMode mode, ZklScope scope)
+{
+	char	  **names;
+	char	  **relpaths;
+	int			n = resources_arg(fcinfo, &names, &relpaths);
+	int64		timeout = timeout_arg(fcinfo, 1);
+	int64	   *tokens = palloc(sizeof(int64) * Max(n, 1));
+	Datum	   *out = palloc(sizeof(Datum) * Max(n, 1));
+
+	(void) zkl_acquire_many((const char *const *) names,
+							(const char *const *) relpaths, n, mode, scope,
+							timeout, false, tokens);
+	for (int i = 0; i < n; i++)
+		out[i] = Int64GetDatum(tokens[i]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(out, n, INT8OID, sizeof(int64),
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+static Datum
+try_many_common(FunctionCallInfo fcinfo, ZkrMode mode, ZklScope scope)
+{
+	char	  **names;
+	char	  **relpaths;
+	int			n = resources_arg(fcinfo, &names, &relpaths);
+	int64	   *tokens = palloc(sizeof(int64) * Max(n, 1));
+
+	PG_RETURN_BOOL(zkl_acquire_many((const char *const *) names,
+									(const char *const *) relpaths, n, mode,
+									scope, -1, true, tokens));
+}
+
+Datum
+zk_lock_exclusive_array(PG_FUNCTION_ARGS)
+{
+	return lock_many_common(fcinfo, ZKR_MODE_EXCLUSIVE, ZKL_SCOPE_TRANSACTION);
+}
+
+Datum
+zk_lock_shared_array(PG_FUNCTION_ARGS)
+{
+	return lock_many_common(fcinfo, ZKR_MODE_SHARED, ZKL_SCOPE_TRANSACTION);
+}
+
+Datum
+zk_try_lock_exclusive_array(PG_FUNCTION_ARGS)
+{
+	return try_many_common(fcinfo, ZKR_MODE_EXCLUSIVE, ZKL_SCOPE_TRANSACTION);
+}
+
+Datum
+zk_try_lock_shared_array(PG_FUNCTION_ARGS)
+{
+	return try_many_common(fcinfo, ZKR_MODE_SHARED, ZKL_SCOPE_TRANSACTION);
+}
+
+Datum
+zk_session_lock_exclusive_array(PG_FUNCTION_ARGS)
+{
+	return lock_many_common(fcinfo, ZKR_MODE_EXCLUSIVE, ZKL_SCOPE_SESSION);
+}
+
+Datum
+zk_session_lock_shared_array(PG_FUNCTION_ARGS)
+{
+	return lock_many_common(fcinfo, ZKR_MODE_SHARED, ZKL_SCOPE_SESSION);
+}
+
+Datum
+zk_try_session_lock_exclusive_array(PG_FUNCTION_ARGS)
+{
+	return try_many_common(fcinfo, ZKR_MODE_EXCLUSIVE, ZKL_SCOPE_SESSION);
+}
+
+Datum
+zk_try_session_lock_shared_array(PG_FUNCTION_ARGS)
+{
+	return try_many_common(fcinfo, ZKR_MODE_SHARED, ZKL_SCOPE_SESSION);
+}
+
+static Datum
+unlock_many_common(FunctionCallInfo fcinfo, ZkrMode mode)
+{
+	char	  **names;
+	char	  **relpaths;
+	int			n = resources_arg(fcinfo, &names, &relpaths);
+
+	PG_RETURN_BOOL(zkl_release_session_many((const char *const *) names, n,
+											mode));
+}
+
+Datum
+zk_unlock_array(PG_FUNCTION_ARGS)
+{
+	return unlock_many_common(fcinfo, ZKR_MODE_EXCLUSIVE);
+}
+
+Datum
+zk_unlock_shared_array(PG_FUNCTION_ARGS)
+{
+	return unlock_many_common(fcinfo, ZKR_MODE_SHARED);
 }
 
 /* The max_holders argument (the second): a positive integer. */

@@ -42,6 +42,7 @@
 #include "acquire.h"
 #include "commitcheck.h"
 #include "locktable.h"
+#include "lockset.h"
 #include "semaphore.h"
 #include "session.h"
 #include "zklock.h"
@@ -108,8 +109,6 @@ typedef struct ZklLock
 	int			max_holders;	/* a semaphore's; 0 for a lock */
 } ZklLock;
 
-/* One acquisition in progress; everything PG_CATCH must undo. */
-
 static HTAB *lock_table = NULL;
 
 /* Counters for zk_status() */
@@ -118,8 +117,6 @@ static uint64 n_waits = 0;
 static uint64 n_lost = 0;
 
 static void zkl_xact_callback(XactEvent event, void *arg);
-
-/* Longest timeout taken as such (100 years); beyond it, none. */
 
 const char *
 zkl_scope_name(ZklScope scope)
@@ -175,9 +172,33 @@ find_lock(const char *resource, ZkrMode mode)
  * ----------------------------------------------------------------
  */
 
+/*
+ * Make sure add_hold cannot fail: room for a new subtransaction's hold.
+ */
+static void
+reserve_hold(ZklLock *lock, ZklScope scope)
+{
+	int			newcap;
+
+	if (scope == ZKL_SCOPE_SESSION ||
+		(lock->nholds > 0 &&
+		 lock->xact_holds[lock->nholds - 1].subid == GetCurrentSubTransactionId()) ||
+		lock->nholds < lock->holds_cap)
+		return;
+	newcap = Max(4, lock->holds_cap * 2);
+	if (lock->xact_holds == NULL)
+		lock->xact_holds = MemoryContextAlloc(TopMemoryContext,
+											  newcap * sizeof(XactHold));
+	else
+		lock->xact_holds = repalloc(lock->xact_holds,
+									newcap * sizeof(XactHold));
+	lock->holds_cap = newcap;
+}
+
 static void
 add_hold(ZklLock *lock, ZklScope scope)
 {
+	reserve_hold(lock, scope);
 	if (scope == ZKL_SCOPE_SESSION)
 	{
 		lock->session_count++;
@@ -189,18 +210,6 @@ add_hold(ZklLock *lock, ZklScope scope)
 		lock->xact_holds[lock->nholds - 1].count++;
 		lock->xact_count++;
 		return;
-	}
-	if (lock->nholds == lock->holds_cap)
-	{
-		int			newcap = Max(4, lock->holds_cap * 2);
-
-		if (lock->xact_holds == NULL)
-			lock->xact_holds = MemoryContextAlloc(TopMemoryContext,
-												  newcap * sizeof(XactHold));
-		else
-			lock->xact_holds = repalloc(lock->xact_holds,
-										newcap * sizeof(XactHold));
-		lock->holds_cap = newcap;
 	}
 	lock->xact_holds[lock->nholds].subid = GetCurrentSubTransactionId();
 	lock->xact_holds[lock->nholds].count = 1;
@@ -531,16 +540,17 @@ zkl_init(void)
  */
 
 /*
- * A new entry for resource in mode that shares the node of entry owner
- * (see ZklLock.borrowed).  Everything that can fail happens before the
+ * A new entry without holds.  Everything that can fail happens before the
  * entry is live.
  */
 static ZklLock *
-borrow_node(ZklLock *owner, const char *resource, ZkrMode mode)
+new_entry(const char *resource, ZkrMode mode, const char *parent,
+		  const char *node, const char *prefix, bool sweep, int64 token,
+		  int64 session_id, ZkrMode node_mode, int max_holders, bool borrowed)
 {
-	char	   *parent = MemoryContextStrdup(TopMemoryContext, owner->parent);
-	char	   *node = MemoryContextStrdup(TopMemoryContext, owner->node);
-	char	   *prefix = MemoryContextStrdup(TopMemoryContext, owner->prefix);
+	char	   *parent_copy = MemoryContextStrdup(TopMemoryContext, parent);
+	char	   *node_copy = MemoryContextStrdup(TopMemoryContext, node);
+	char	   *prefix_copy = MemoryContextStrdup(TopMemoryContext, prefix);
 	char	   *res = MemoryContextStrdup(TopMemoryContext, resource);
 	XactHold   *holds = MemoryContextAlloc(TopMemoryContext, 4 * sizeof(XactHold));
 	ZklLockKey	key;
@@ -550,13 +560,13 @@ borrow_node(ZklLock *owner, const char *resource, ZkrMode mode)
 	make_key(&key, res, mode);
 	lock = (ZklLock *) hash_search(lock_table, &key, HASH_ENTER, &found);
 	Assert(!found);
-	lock->parent = parent;
-	lock->node = node;
+	lock->parent = parent_copy;
+	lock->node = node_copy;
 	lock->name = strrchr(lock->node, '/') + 1;
-	lock->prefix = prefix;
-	lock->sweep = false;		/* the owner sweeps, or hands it over */
-	lock->token = owner->token;
-	lock->session_id = owner->session_id;
+	lock->prefix = prefix_copy;
+	lock->sweep = sweep;
+	lock->token = token;
+	lock->session_id = session_id;
 	lock->lost = ZKL_LOST_NONE;
 	lock->since = GetCurrentTimestamp();
 	lock->session_count = 0;
@@ -564,10 +574,94 @@ borrow_node(ZklLock *owner, const char *resource, ZkrMode mode)
 	lock->nholds = 0;
 	lock->holds_cap = 4;
 	lock->xact_holds = holds;
-	lock->borrowed = true;
-	lock->node_mode = owner->node_mode;
-	lock->max_holders = 0;
+	lock->borrowed = borrowed;
+	lock->node_mode = node_mode;
+	lock->max_holders = max_holders;
 	return lock;
+}
+
+/*
+ * A new entry for resource in mode that shares the node of entry owner
+ * (see ZklLock.borrowed).  The owner sweeps its strays, or hands them
+ * over with the node.
+ */
+static ZklLock *
+borrow_node(ZklLock *owner, const char *resource, ZkrMode mode)
+{
+	return new_entry(resource, mode, owner->parent, owner->node,
+					 owner->prefix, false, owner->token, owner->session_id,
+					 owner->node_mode, 0, true);
+}
+
+/* The entry of the other mode whose node grants this one at once, if any. */
+static ZklLock *
+lender_for(const char *resource, ZkrMode mode)
+{
+	ZklLock    *other;
+
+	if (mode == ZKR_MODE_SEMAPHORE)
+		return NULL;
+	other = find_lock(resource, mode == ZKR_MODE_EXCLUSIVE ?
+					  ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
+	if (other == NULL)
+		return NULL;
+	mark_if_session_lost(other);
+	if (other->lost == ZKL_LOST_NONE && !other->borrowed &&
+		other->node_mode == ZKR_MODE_EXCLUSIVE)
+		return other;
+	return NULL;
+}
+
+/*
+ * Our node of the other mode, which the recipe must not count against a
+ * new node of ours (zka_run_queue: own_other).
+ */
+static void
+set_own_other(ZkaAttempt *a, const char *resource, ZkrMode mode)
+{
+	ZklLock    *other;
+
+	if (mode == ZKR_MODE_SEMAPHORE)
+		return;
+	other = find_lock(resource, mode == ZKR_MODE_EXCLUSIVE ?
+					  ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
+	if (other != NULL && other->session_id == zks_session_id() &&
+		other->lost == ZKL_LOST_NONE)
+	{
+		a->own_other = other->name;
+		if (other->sweep)
+			a->own_other_prefix = other->prefix;
+	}
+}
+
+static void
+check_protocol_mode(ZkrMode mode)
+{
+	if (mode != ZKR_MODE_SEMAPHORE &&
+		!zkr_protocol_has_mode((ZkrProtocol) zklock_protocol, mode))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("zklock.protocol \"%s\" has no shared locks",
+						GetConfigOption("zklock.protocol", false, false)),
+				 errdetail("Curator's InterProcessMutex, whose node names this protocol writes, only takes exclusive locks."),
+				 errhint("Use zklock.protocol \"curator-rw\" or \"kazoo\" for shared locks.")));
+}
+
+/* An entry already held in this mode: one more hold, no request. */
+static void
+check_reentry(ZklLock *lock, ZkrMode mode, int max_holders)
+{
+	mark_if_session_lost(lock);
+	if (lock->lost != ZKL_LOST_NONE)
+		lost_error(lock);
+	if (mode == ZKR_MODE_SEMAPHORE && lock->max_holders != max_holders)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("zklock semaphore \"%s\" is already held with max_holders %d",
+						lock->key.resource, lock->max_holders),
+				 errdetail("This call asked for it with max_holders %d.",
+						   max_holders),
+				 errhint("Every holder of a semaphore must give the same max_holders.")));
 }
 
 bool
@@ -576,26 +670,14 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 			int64 *token)
 {
 	ZklLock    *lock = find_lock(resource, mode);
-	ZklLock    *other = NULL;
+	ZklLock    *lender;
 	ZkaAttempt	a;
 	volatile bool granted;
-	bool		found;
-	ZklLockKey	key;
 
 	/* Re-entrant: the same node serves every hold of resource and mode. */
 	if (lock != NULL)
 	{
-		mark_if_session_lost(lock);
-		if (lock->lost != ZKL_LOST_NONE)
-			lost_error(lock);
-		if (mode == ZKR_MODE_SEMAPHORE && lock->max_holders != max_holders)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("zklock semaphore \"%s\" is already held with max_holders %d",
-							resource, lock->max_holders),
-					 errdetail("This call asked for it with max_holders %d.",
-							   max_holders),
-					 errhint("Every holder of a semaphore must give the same max_holders.")));
+		check_reentry(lock, mode, max_holders);
 		add_hold(lock, scope);
 		*token = lock->token;
 		zkl_callbacks_first();
@@ -608,15 +690,10 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	 * granted on it at once.  A node of its own would sort behind every
 	 * foreign waiter queued meanwhile, all of them waiting for our node.
 	 */
-	if (mode != ZKR_MODE_SEMAPHORE)
-		other = find_lock(resource, mode == ZKR_MODE_EXCLUSIVE ?
-						  ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
-	if (other != NULL)
-		mark_if_session_lost(other);
-	if (other != NULL && other->lost == ZKL_LOST_NONE && !other->borrowed &&
-		other->node_mode == ZKR_MODE_EXCLUSIVE)
+	lender = lender_for(resource, mode);
+	if (lender != NULL)
 	{
-		lock = borrow_node(other, resource, mode);
+		lock = borrow_node(lender, resource, mode);
 		add_hold(lock, scope);	/* cannot fail: room for 4 */
 		n_grants++;
 		*token = lock->token;
@@ -624,15 +701,7 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 		return true;
 	}
 
-	if (mode != ZKR_MODE_SEMAPHORE &&
-		!zkr_protocol_has_mode((ZkrProtocol) zklock_protocol, mode))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("zklock.protocol \"%s\" has no shared locks",
-						GetConfigOption("zklock.protocol", false, false)),
-				 errdetail("Curator's InterProcessMutex, whose node names this protocol writes, only takes exclusive locks."),
-				 errhint("Use zklock.protocol \"curator-rw\" or \"kazoo\" for shared locks.")));
-
+	check_protocol_mode(mode);
 	zka_begin(&a, resource, mode, try_only, timeout_ms);
 	zka_connect(&a, !have_locks());
 	if (mode != ZKR_MODE_SEMAPHORE)
@@ -646,13 +715,7 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 			elog(ERROR, "zklock node prefix does not fit");
 		zka_set_node(&a, psprintf("%s/%s", zklock_root, relpath), prefix);
 	}
-	if (other != NULL && other->session_id == zks_session_id() &&
-		other->lost == ZKL_LOST_NONE)
-	{
-		a.own_other = other->name;
-		if (other->sweep)
-			a.own_other_prefix = other->prefix;
-	}
+	set_own_other(&a, resource, mode);
 
 	lock = NULL;
 	PG_TRY();
@@ -663,34 +726,9 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 			granted = zka_run_queue(&a);
 		if (granted)
 		{
-			/* everything that can fail happens before the entry is live */
-			char	   *parent = MemoryContextStrdup(TopMemoryContext, a.parent);
-			char	   *node = MemoryContextStrdup(TopMemoryContext, a.node);
-			char	   *prefix = MemoryContextStrdup(TopMemoryContext, a.prefix);
-			char	   *res = MemoryContextStrdup(TopMemoryContext, resource);
-			XactHold   *holds = MemoryContextAlloc(TopMemoryContext,
-												   4 * sizeof(XactHold));
-
-			make_key(&key, res, mode);
-			lock = (ZklLock *) hash_search(lock_table, &key, HASH_ENTER, &found);
-			Assert(!found);
-			lock->parent = parent;
-			lock->node = node;
-			lock->name = strrchr(lock->node, '/') + 1;
-			lock->prefix = prefix;
-			lock->sweep = a.uncertain;
-			lock->token = a.token;
-			lock->session_id = zks_session_id();
-			lock->lost = ZKL_LOST_NONE;
-			lock->since = GetCurrentTimestamp();
-			lock->session_count = 0;
-			lock->xact_count = 0;
-			lock->nholds = 0;
-			lock->holds_cap = 4;
-			lock->xact_holds = holds;
-			lock->borrowed = false;
-			lock->node_mode = mode;
-			lock->max_holders = max_holders;
+			lock = new_entry(resource, mode, a.parent, a.node, a.prefix,
+							 a.uncertain, a.token, zks_session_id(), mode,
+							 max_holders, false);
 			add_hold(lock, scope);	/* cannot fail: room for 4 */
 		}
 	}
@@ -720,6 +758,200 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	return true;
 }
 
+/* One resource of a zkl_acquire_many call, in the input's order. */
+typedef struct ManyItem
+{
+	const char *resource;
+	const char *relpath;
+	int			index;
+	int			group;			/* its distinct resource */
+} ManyItem;
+
+/* How a distinct resource of the call is had. */
+typedef enum ManyHow
+{
+	MANY_HELD,					/* an entry of ours in this mode */
+	MANY_BORROW,				/* on our exclusive node */
+	MANY_NEW					/* a node of its own: an attempt */
+} ManyHow;
+
+static int
+compare_items(const void *x, const void *y)
+{
+	const ManyItem *a = (const ManyItem *) x;
+	const ManyItem *b = (const ManyItem *) y;
+	int			c = strcmp(a->relpath, b->relpath);
+
+	if (c != 0)
+		return c;
+	return a->index < b->index ? -1 : a->index > b->index;
+}
+
+/*
+ * Drop what a failed zkl_acquire_many made: its entries (deleting their
+ * nodes) and the nodes its attempts still own.  Never raises ERROR.
+ */
+static void
+undo_many(ZklLock **made, int nmade, ZkaAttempt *atts, int natts)
+{
+	zks_batch_begin();
+	for (int i = 0; i < nmade; i++)
+		release_if_unused(made[i]);
+	for (int k = 0; k < natts; k++)
+		zka_abandon(&atts[k]);
+	zks_batch_end();
+}
+
+bool
+zkl_acquire_many(const char *const *resources, const char *const *relpaths,
+				 int n, ZkrMode mode, ZklScope scope, int64 timeout_ms,
+				 bool try_only, int64 *tokens)
+{
+	ManyItem   *items = palloc(sizeof(ManyItem) * Max(n, 1));
+	int		   *first_item = palloc(sizeof(int) * Max(n, 1));
+	ManyHow    *how = palloc(sizeof(ManyHow) * Max(n, 1));
+	ZklLock   **locks = palloc0(sizeof(ZklLock *) * Max(n, 1));
+	ZklLock   **made = palloc(sizeof(ZklLock *) * Max(n, 1));
+	int		   *att_group = palloc(sizeof(int) * Max(n, 1));
+	ZkaAttempt *atts = NULL;
+	ZkaAttempt **todo = NULL;
+	ZkaAttempt *blocked = NULL;
+	int			ngroups = 0;
+	int			natts = 0;
+	volatile int nmade = 0;
+	volatile bool granted = true;
+
+	if (n == 0)
+		return true;
+
+	/* one entry per distinct resource (the encoding is one to one) */
+	for (int i = 0; i < n; i++)
+	{
+		items[i].resource = resources[i];
+		items[i].relpath = relpaths[i];
+		items[i].index = i;
+	}
+	qsort(items, n, sizeof(ManyItem), compare_items);
+	for (int i = 0; i < n; i++)
+	{
+		if (i == 0 || strcmp(items[i].relpath, items[i - 1].relpath) != 0)
+			first_item[ngroups++] = i;
+		items[i].group = ngroups - 1;
+	}
+
+	for (int g = 0; g < ngroups; g++)
+	{
+		const char *res = items[first_item[g]].resource;
+
+		locks[g] = find_lock(res, mode);
+		if (locks[g] != NULL)
+		{
+			check_reentry(locks[g], mode, 0);
+			how[g] = MANY_HELD;
+		}
+		else if ((locks[g] = lender_for(res, mode)) != NULL)
+			how[g] = MANY_BORROW;
+		else
+		{
+			how[g] = MANY_NEW;
+			att_group[natts++] = g;
+		}
+	}
+
+	if (natts > 0)
+	{
+		check_protocol_mode(mode);
+		atts = palloc0(sizeof(ZkaAttempt) * natts);
+		todo = palloc(sizeof(ZkaAttempt *) * natts);
+		for (int k = 0; k < natts; k++)
+		{
+			const ManyItem *it = &items[first_item[att_group[k]]];
+			ZkaAttempt *a = &atts[k];
+
+			zka_begin(a, it->resource, mode, try_only, timeout_ms);
+			if (k == 0)
+				zka_connect(a, !have_locks());
+			else
+			{
+				/* one deadline for the whole call */
+				a->deadline = atts[0].deadline;
+				a->deadline_ms = atts[0].deadline_ms;
+				a->by_lock_timeout = atts[0].by_lock_timeout;
+			}
+			/* the prefix is lockset.c's, fresh for every round */
+			zka_set_node(a, psprintf("%s/%s", zklock_root, it->relpath), "");
+			set_own_other(a, it->resource, mode);
+			todo[k] = a;
+		}
+	}
+
+	PG_TRY();
+	{
+		if (natts > 0)
+			granted = zkm_acquire_set(todo, natts, &blocked);
+		if (granted)
+		{
+			for (int k = 0; k < natts; k++)
+			{
+				ZkaAttempt *a = &atts[k];
+
+				locks[att_group[k]] =
+					new_entry(a->resource, mode, a->parent, a->node,
+							  a->prefix, a->uncertain, a->token,
+							  zks_session_id(), mode, 0, false);
+				made[nmade++] = locks[att_group[k]];
+				/* the node (and its strays) are the entry's now */
+				a->node = NULL;
+				a->uncertain = false;
+			}
+			for (int g = 0; g < ngroups; g++)
+				if (how[g] == MANY_BORROW)
+				{
+					locks[g] = borrow_node(locks[g],
+										   items[first_item[g]].resource, mode);
+					made[nmade++] = locks[g];
+				}
+			for (int g = 0; g < ngroups; g++)
+				reserve_hold(locks[g], scope);
+		}
+	}
+	PG_CATCH();
+	{
+		undo_many(made, nmade, atts, natts);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (!granted)
+	{
+		undo_many(made, nmade, atts, natts);
+		if (!try_only)
+			zka_timeout_error(blocked);	/* timeout of zero: 55P03 */
+		return false;
+	}
+
+	for (int k = 0; k < natts; k++)
+	{
+		zka_finish(&atts[k]);
+		if (atts[k].waited)
+			n_waits++;
+	}
+	for (int g = 0; g < ngroups; g++)
+		if (how[g] != MANY_HELD)
+			n_grants++;
+
+	/* nothing below can fail: every hold has its room */
+	for (int i = 0; i < n; i++)
+	{
+		ZklLock    *lock = locks[items[i].group];
+
+		add_hold(lock, scope);
+		tokens[items[i].index] = lock->token;
+	}
+	zkl_callbacks_first();
+	return true;
+}
+
 bool
 zkl_release_session(const char *resource, ZkrMode mode)
 {
@@ -742,6 +974,26 @@ zkl_release_session(const char *resource, ZkrMode mode)
 		lock->session_count--;
 	release_if_unused(lock);
 	return true;
+}
+
+bool
+zkl_release_session_many(const char *const *resources, int n, ZkrMode mode)
+{
+	volatile bool all = true;
+
+	zks_batch_begin();
+	PG_TRY();
+	{
+		for (int i = 0; i < n; i++)
+			if (!zkl_release_session(resources[i], mode))
+				all = false;
+	}
+	PG_FINALLY();
+	{
+		zks_batch_end();
+	}
+	PG_END_TRY();
+	return all;
 }
 
 void

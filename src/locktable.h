@@ -50,8 +50,27 @@ extern bool zkl_acquire(const char *resource, const char *relpath,
 						ZkrMode mode, int max_holders, ZklScope scope,
 						int64 timeout_ms, bool try_only, int64 *token);
 
+/*
+ * Take the locks of resources[0..n-1] (encoded as relpaths) in one mode
+ * and scope, all or none (lockset.c): a name given twice counts two holds,
+ * a lock already held counts a hold without a request.  Sets tokens[i]
+ * for resources[i].  With try_only, returns false at once, holding none,
+ * if one is taken.
+ */
+extern bool zkl_acquire_many(const char *const *resources,
+							 const char *const *relpaths, int n,
+							 ZkrMode mode, ZklScope scope, int64 timeout_ms,
+							 bool try_only, int64 *tokens);
+
 /* Release one session-level hold; WARNING and false if none is held. */
 extern bool zkl_release_session(const char *resource, ZkrMode mode);
+
+/*
+ * The same for each of resources[0..n-1] (a name given twice releases two
+ * holds), the deletes sent together; true if every one was held.
+ */
+extern bool zkl_release_session_many(const char *const *resources, int n,
+									 ZkrMode mode);
 
 /* Release every session-level hold of this backend. */
 extern void zkl_release_all_session(void);

@@ -64,7 +64,8 @@ typedef enum ReqKind
 	KIND_EXISTS,
 	KIND_GET,
 	KIND_SYNC,
-	KIND_MULTI
+	KIND_MULTI,
+	KIND_MULTI_CREATE			/* contender creates in one multi request */
 } ReqKind;
 
 struct ZksRequest
@@ -83,6 +84,12 @@ struct ZksRequest
 	char	   *value;			/* get: the node's data (malloc) */
 	int			value_len;
 	zoo_op_result_t *results;	/* multi: written by the reply (malloc) */
+	int			nops;			/* multi create: how many nodes ... */
+	char	  **prefixes;		/* ... their paths as asked (malloc) ... */
+	char	   *names;			/* ... and the created paths, written into
+								 * nops slots of name_len bytes by the
+								 * library at the reply (malloc) */
+	int			name_len;
 	struct ZksRequest *prev;	/* in the abandoned list */
 	struct ZksRequest *next;
 };
@@ -472,6 +479,13 @@ free_request(ZksRequest *req)
 	free(req->created);
 	free(req->value);
 	free(req->results);
+	if (req->prefixes != NULL)
+	{
+		for (int i = 0; i < req->nops; i++)
+			free(req->prefixes[i]);
+		free(req->prefixes);
+	}
+	free(req->names);
 	if (req->children != NULL)
 	{
 		for (int i = 0; i < req->nchildren; i++)
@@ -535,6 +549,30 @@ finish_abandoned_locked(ZksRequest *req, int rc, const char *created)
 			add_task_locked(created, NULL);
 		else if (is_connection_loss(rc))
 			sweep_for_create_locked(req->path);
+	}
+
+	/*
+	 * A multi is all or nothing: after success every node exists (deleted
+	 * in multi requests again), after a lost reply every one may (swept),
+	 * after a failure none does.
+	 */
+	if (req->kind == KIND_MULTI_CREATE && !req->taken && !zh_closing)
+	{
+		if (rc == ZOK && req->names != NULL)
+		{
+			char	  **paths = malloc(req->nops * sizeof(char *));
+			int			n = 0;
+
+			for (int i = 0; paths != NULL && i < req->nops; i++)
+				if ((paths[n] = strdup(req->names + (size_t) i * req->name_len)) != NULL)
+					n++;
+			if (paths != NULL && n > 0)
+				add_batch_locked(paths, n);
+			free(paths);
+		}
+		else if (is_connection_loss(rc))
+			for (int i = 0; i < req->nops; i++)
+				sweep_for_create_locked(req->prefixes[i]);
 	}
 	free_request(req);
 }
@@ -660,6 +698,26 @@ multi_completion(int rc, const void *data)
 	if (!completion_begin(req, rc))
 		return;
 	completion_end(req);
+}
+
+static void
+multi_create_completion(int rc, const void *data)
+{
+	ZksRequest *req = (ZksRequest *) data;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (req->state == REQ_ABANDONED)
+	{
+		unlink_abandoned_locked(req);
+		finish_abandoned_locked(req, rc, NULL);
+	}
+	else
+	{
+		req->zrc = rc;
+		req->state = REQ_DONE;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	wake_backend();
 }
 
 static void
@@ -1327,7 +1385,7 @@ sent(ZksRequest *req, int zrc)
 					 errmsg("out of memory")));
 		}
 		/* a create that may have been sent: its node is found by prefix */
-		if (done->kind == KIND_CREATE)
+		if (done->kind == KIND_CREATE || done->kind == KIND_MULTI_CREATE)
 			zrc = ZCONNECTIONLOSS;
 	}
 	done->zrc = zrc;
@@ -1405,6 +1463,90 @@ zks_send_checks(const char *const *paths, int n, int *taken)
 		zrc = zoo_amulti(zh, *taken, ops, req->results, multi_completion, req);
 	free(ops);
 	return sent(req, zrc);
+}
+
+/*
+ * What one create of a multi costs in the request: its path, its data and
+ * the ACL, plus about 40 bytes of framing.
+ */
+#define CREATE_OP_OVERHEAD 64
+
+ZksRequest *
+zks_send_creates(const char *const *paths, int n, const char *data,
+				 int datalen, int *taken)
+{
+	ZksRequest *req = new_request(KIND_MULTI_CREATE, paths[0]);
+	zoo_op_t   *ops;
+	size_t		longest = 0;
+	size_t		bytes = 0;
+	int			fit = 0;
+	int			zrc;
+
+	while (fit < n && fit < BATCH_MAX_OPS)
+	{
+		size_t		len = strlen(paths[fit]) + datalen + CREATE_OP_OVERHEAD;
+
+		if (fit > 0 && bytes + len > BATCH_MAX_BYTES)
+			break;
+		bytes += len;
+		longest = Max(longest, strlen(paths[fit]));
+		fit++;
+	}
+	*taken = fit;
+
+	/* room for the sequence number ZooKeeper appends (10 digits) */
+	req->name_len = longest + 16;
+	ops = malloc(fit * sizeof(zoo_op_t));
+	req->results = calloc(fit, sizeof(zoo_op_result_t));
+	req->prefixes = calloc(fit, sizeof(char *));
+	req->names = calloc(fit, req->name_len);
+	if (ops != NULL && req->prefixes != NULL)
+	{
+		for (int i = 0; i < fit; i++)
+		{
+			req->prefixes[i] = strdup(paths[i]);
+			if (req->prefixes[i] == NULL)
+				break;
+			req->nops++;
+		}
+	}
+	if (ops == NULL || req->results == NULL || req->names == NULL ||
+		req->nops < fit)
+	{
+		free(ops);
+		free_request(req);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	}
+	req->ephemeral = true;
+
+	/*
+	 * The request is serialized here, but the library writes each created
+	 * path into its buffer only at the reply: the buffers are the
+	 * request's, freed with it.
+	 */
+	for (int i = 0; i < fit; i++)
+		zoo_create_op_init(&ops[i], paths[i], data, datalen,
+						   zh_auth ? &auth_acl : &ZOO_OPEN_ACL_UNSAFE,
+						   ZOO_EPHEMERAL_SEQUENTIAL,
+						   req->names + (size_t) i * req->name_len,
+						   req->name_len);
+	if (zh == NULL)
+		zrc = ZINVALIDSTATE;
+	else
+		zrc = zoo_amulti(zh, fit, ops, req->results, multi_create_completion,
+						 req);
+	free(ops);
+	return sent(req, zrc);
+}
+
+char *
+zks_take_created_path_at(ZksRequest *req, int i)
+{
+	Assert(req->kind == KIND_MULTI_CREATE && req->state == REQ_DONE &&
+		   req->zrc == ZOK && i < req->nops);
+	return pstrdup(req->names + (size_t) i * req->name_len);
 }
 
 ZksRequest *
@@ -1544,7 +1686,7 @@ zks_done(ZksRequest *req)
 		link_abandoned_locked(req);
 	else
 	{
-		if (req->kind == KIND_CREATE)
+		if (req->kind == KIND_CREATE || req->kind == KIND_MULTI_CREATE)
 			finish_abandoned_locked(req, req->zrc, req->created);
 		else
 			free_request(req);

@@ -97,6 +97,21 @@ extern ZksRequest *zks_send_checks(const char *const *paths, int n,
 								   int *taken);
 
 /*
+ * One multi request creating EPHEMERAL_SEQUENTIAL nodes at the first
+ * *taken of the n paths (as many as fit well under ZooKeeper's 1 MB
+ * limit), all with the same data.  ZooKeeper applies a multi as a whole
+ * and gives every node it creates the multi's zxid as czxid.  Until
+ * zks_claim(), zks_done() deletes whatever it created (sweeps by prefix
+ * after a lost reply), as for a single create.
+ */
+extern ZksRequest *zks_send_creates(const char *const *paths, int n,
+									const char *data, int datalen,
+									int *taken);
+
+/* The path the i-th create of a successful zks_send_creates made. */
+extern char *zks_take_created_path_at(ZksRequest *req, int i);
+
+/*
  * Bring the connected server up to date with the leader (ZooKeeper's
  * "sync"), so that the reads sent behind it see every committed change.
  */

@@ -1,0 +1,452 @@
+/*-------------------------------------------------------------------------
+ *
+ * lockset.c
+ *	  Taking a set of locks in one call: every one or none, in one
+ *	  canonical order, with the requests pipelined.
+ *
+ * The locks are taken in the order of their lock parents' full paths.
+ * While nothing is in the way, the creates go out in multi requests (each
+ * well under ZooKeeper's 1 MB limit, see session.c) and each lock's
+ * listing right behind the multi that made its node, all back to back:
+ * 10,000 free locks cost ten multi requests and one read each, in a few
+ * round trips.  ZooKeeper runs a session's requests in order, so each
+ * listing already contains the node the multi in front of it made.
+ *
+ * ZooKeeper applies a multi as one transaction: every node it creates
+ * gets the multi's zxid as its czxid (DataTree gives each sub-operation
+ * the multi's header).  One exists on the first node of each multi is
+ * therefore the fencing token of all of them.
+ *
+ * When a lock of the set is taken by someone else, the nodes of every
+ * lock after it in the canonical order are deleted before waiting for it,
+ * and created again, pipelined the same way, once it is ours.  So a caller
+ * of this function that waits for a lock holds only locks before it in
+ * that order, and every other such caller queued ahead of it on that lock
+ * either holds it or waits for that same lock: a chain of waits between
+ * them only goes up the order and never closes.  Two sessions asking for
+ * overlapping sets, in whatever order their arrays give, never deadlock
+ * each other.  (Locks the backend held before the call are outside this
+ * argument; deadlock.c still watches every wait.)
+ *
+ * Nodes a create made cannot be found by name when its reply is lost: as
+ * for single creates (acquire.c), they are found again by their prefix,
+ * which is fresh for every round, after a sync.
+ *
+ * src/lockset.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/guc.h"
+
+#include "acquire.h"
+#include "lockset.h"
+#include "zklock.h"
+
+/* How often a multi is sent again when a parent keeps vanishing. */
+#define MAX_CREATE_TRIES 10
+
+/* One multi request: the creates of atts[first .. first + count - 1]. */
+typedef struct Batch
+{
+	int			first;
+	int			count;
+	ZksRequest *mreq;			/* the multi create, in flight */
+	ZksRequest *ereq;			/* exists on its first node: the token */
+} Batch;
+
+typedef struct LockSet
+{
+	ZkaAttempt **atts;			/* in canonical order */
+	int			n;
+	Batch	   *batches;		/* the current round's */
+	int			nbatches;
+	ZkaAttempt *blocked;		/* the lock a try found taken */
+} LockSet;
+
+static int
+compare_parents(const void *x, const void *y)
+{
+	const ZkaAttempt *a = *(ZkaAttempt *const *) x;
+	const ZkaAttempt *b = *(ZkaAttempt *const *) y;
+
+	return strcmp(a->parent, b->parent);
+}
+
+/*
+ * Name the nodes of atts[from..] with a fresh prefix.  A round never
+ * reuses the last one's: a sweep of the last round's strays (after a lost
+ * reply) could otherwise take a new node.  Every parent is distinct, so
+ * one UUID serves the whole round.
+ */
+static void
+new_prefixes(LockSet *s, int from)
+{
+	char		uuid[ZKR_UUID_LEN + 1];
+	char		prefix[ZKR_MAX_PREFIX_BYTES];
+
+	zka_new_uuid(uuid);
+	if (zkr_protocol_prefix((ZkrProtocol) zklock_protocol, s->atts[from]->mode,
+							uuid, prefix, sizeof(prefix)) == 0)
+		elog(ERROR, "zklock node prefix does not fit");
+	for (int i = from; i < s->n; i++)
+	{
+		ZkaAttempt *a = s->atts[i];
+
+		strlcpy(a->prefix, prefix, sizeof(a->prefix));
+		a->create_path = psprintf("%s/%s", a->parent, a->prefix);
+	}
+}
+
+/*
+ * Send the multi create of atts[b->first ..] (as many as fit of the limit
+ * given) and, right behind it, the listing of each parent.
+ */
+static void
+send_batch(LockSet *s, Batch *b, int limit)
+{
+	const char **paths = palloc(sizeof(char *) * limit);
+	const char *data = s->atts[b->first]->data;
+
+	for (int j = 0; j < limit; j++)
+		paths[j] = s->atts[b->first + j]->create_path;
+	b->mreq = zks_send_creates(paths, limit, data, strlen(data), &b->count);
+	for (int j = 0; j < b->count; j++)
+	{
+		ZkaAttempt *a = s->atts[b->first + j];
+
+		a->lreq = zks_send_children(a->parent, false);
+	}
+	pfree(paths);
+}
+
+/* Send every create and listing of atts[from..], back to back. */
+static void
+send_round(LockSet *s, int from)
+{
+	new_prefixes(s, from);
+	s->nbatches = 0;
+	while (from < s->n)
+	{
+		Batch	   *b = &s->batches[s->nbatches++];
+
+		memset(b, 0, sizeof(Batch));
+		b->first = from;
+		send_batch(s, b, s->n - from);
+		from += b->count;
+	}
+}
+
+/*
+ * The multi failed because a lock parent is missing: the listings sent
+ * behind it tell which.  Create those (pipelined, as CONTAINER nodes,
+ * after the ancestors they need).  A multi cannot do this: it fails as a
+ * whole on a parent another client has just created.
+ */
+static void
+create_missing_parents(LockSet *s, Batch *b)
+{
+	bool	   *missing = palloc0(sizeof(bool) * b->count);
+	bool		ancestors_done = false;
+
+	for (int j = 0; j < b->count; j++)
+	{
+		ZkaAttempt *a = s->atts[b->first + j];
+		ZksRc		rc = zka_await_reply(a, a->lreq);
+
+		zka_done_req(&a->lreq);
+		if (rc == ZKS_NONODE)
+			missing[j] = true;
+		else if (rc != ZKS_OK && rc != ZKS_CONNECTION_LOSS)
+			zka_failure(a, ZKA_OP_LIST, rc);
+	}
+	for (int j = 0; j < b->count; j++)
+	{
+		ZkaAttempt *a = s->atts[b->first + j];
+
+		if (!missing[j])
+			continue;
+		/* the levels above, usually all shared: once, and cached */
+		if (!ancestors_done)
+			zka_create_ancestors(a);
+		ancestors_done = true;
+		zka_send_parents(a);
+	}
+	for (int j = 0; j < b->count; j++)
+		if (missing[j])
+			zka_check_parents(s->atts[b->first + j]);
+	pfree(missing);
+}
+
+/*
+ * The multi's reply was lost: it ran entirely or not at all.  After the
+ * session is back, sync the server with the leader (it may not have seen
+ * the multi yet) and list every parent for the round's prefix.  Returns
+ * true with every node adopted, false if the multi did not run.
+ */
+static bool
+recover_batch(LockSet *s, Batch *b)
+{
+	ZkaAttempt *lead = s->atts[b->first];
+	int			found = 0;
+	int			first_missing = -1;
+
+	for (;;)
+	{
+		bool		lost;
+
+		zka_await_reconnect(lead);
+		lead->ereq = zks_send_sync(lead->parent);
+		for (int j = 0; j < b->count; j++)
+		{
+			ZkaAttempt *a = s->atts[b->first + j];
+
+			a->lreq = zks_send_children(a->parent, false);
+		}
+		lost = zka_await_reply(lead, lead->ereq) == ZKS_CONNECTION_LOSS;
+		zka_done_req(&lead->ereq);
+		for (int j = 0; j < b->count; j++)
+		{
+			ZkaAttempt *a = s->atts[b->first + j];
+
+			if (zka_await_reply(a, a->lreq) == ZKS_CONNECTION_LOSS)
+				lost = true;
+		}
+		if (!lost)
+			break;
+		for (int j = 0; j < b->count; j++)
+			zka_done_req(&s->atts[b->first + j]->lreq);
+	}
+
+	for (int j = 0; j < b->count; j++)
+	{
+		ZkaAttempt *a = s->atts[b->first + j];
+		ZksRc		rc = zka_await_reply(a, a->lreq);
+		bool		mine = false;
+
+		if (rc == ZKS_OK)
+		{
+			int			n;
+			char	  **children = zks_get_children(a->lreq, &n);
+
+			for (int i = 0; i < n && !mine; i++)
+				if (zkr_has_prefix(children[i], a->prefix))
+				{
+					a->node = psprintf("%s/%s", a->parent, children[i]);
+					a->name = strrchr(a->node, '/') + 1;
+					mine = true;
+				}
+		}
+		else if (rc != ZKS_NONODE)
+			zka_failure(a, ZKA_OP_LIST, rc);
+		zka_done_req(&a->lreq);
+		if (mine)
+			found++;
+		else if (first_missing < 0)
+			first_missing = j;
+	}
+	if (found == 0)
+		return false;
+	if (found < b->count)
+	{
+		/* the multi ran, yet a node of it is gone: someone deleted it */
+		ZkaAttempt *a = s->atts[b->first + first_missing];
+
+		a->node = a->create_path;
+		zka_vanished_error(a);
+	}
+	return true;
+}
+
+/* Wait for a batch's multi; afterwards every node of it exists. */
+static void
+collect_batch(LockSet *s, Batch *b)
+{
+	ZkaAttempt *lead = s->atts[b->first];
+
+	for (int tries = 0;; tries++)
+	{
+		ZksRc		rc = zka_await_reply(lead, b->mreq);
+
+		if (rc == ZKS_OK)
+		{
+			for (int j = 0; j < b->count; j++)
+			{
+				ZkaAttempt *a = s->atts[b->first + j];
+
+				a->node = zks_take_created_path_at(b->mreq, j);
+				a->name = strrchr(a->node, '/') + 1;
+			}
+			/* the nodes are the attempts' now: zka_abandon deletes them */
+			zks_claim(b->mreq);
+			zka_done_req(&b->mreq);
+			break;
+		}
+		if (tries >= MAX_CREATE_TRIES)
+			zka_failure(lead, ZKA_OP_CREATE_NODE, rc);
+
+		if (rc == ZKS_NONODE)
+		{
+			zka_done_req(&b->mreq);
+			create_missing_parents(s, b);
+		}
+		else if (rc == ZKS_CONNECTION_LOSS)
+		{
+			/*
+			 * The nodes, if any, are found by prefix here; until then a
+			 * give-up sweeps for them.  A multi that runs only later
+			 * leaves strays of the same prefix, never in our way
+			 * (acquire.c counts them as ours) and swept at release.
+			 */
+			zks_claim(b->mreq);
+			zka_done_req(&b->mreq);
+			for (int j = 0; j < b->count; j++)
+			{
+				ZkaAttempt *a = s->atts[b->first + j];
+
+				zka_done_req(&a->lreq);
+				a->uncertain = true;
+			}
+			if (recover_batch(s, b))
+				break;
+		}
+		else
+		{
+			zka_done_req(&b->mreq);
+			zka_failure(lead, ZKA_OP_CREATE_NODE, rc);
+		}
+		for (int j = 0; j < b->count; j++)
+			zka_done_req(&s->atts[b->first + j]->lreq);
+		send_batch(s, b, b->count);
+	}
+
+	/*
+	 * Sent behind the multi's reply: even a server the session moves to
+	 * has seen the multi (a client never reconnects to a server behind
+	 * the last zxid it saw).
+	 */
+	b->ereq = zks_send_exists(lead->node, false);
+}
+
+/* The fencing token of a batch: the czxid its multi gave every node. */
+static void
+collect_token(LockSet *s, Batch *b)
+{
+	ZkaAttempt *lead = s->atts[b->first];
+	ZksStat		st;
+	ZksRc		rc;
+
+	for (;;)
+	{
+		rc = zka_await_reply(lead, b->ereq);
+		if (rc != ZKS_CONNECTION_LOSS)
+			break;
+		zka_done_req(&b->ereq);
+		zka_await_reconnect(lead);
+		b->ereq = zks_send_exists(lead->node, false);
+	}
+	if (rc == ZKS_NONODE)
+		zka_vanished_error(lead);
+	if (rc != ZKS_OK)
+		zka_failure(lead, ZKA_OP_READ, rc);
+	zks_get_stat(b->ereq, &st);
+	zka_done_req(&b->ereq);
+	if (st.ephemeral_owner != zks_session_id())
+		zka_vanished_error(lead);
+	for (int j = 0; j < b->count; j++)
+		s->atts[b->first + j]->token = st.czxid;
+}
+
+/* Give up the queue positions of atts[from..]: delete their nodes. */
+static void
+give_up_from(LockSet *s, int from)
+{
+	zks_batch_begin();
+	for (int i = from; i < s->n; i++)
+	{
+		zka_abandon(s->atts[i]);
+		s->atts[i]->name = NULL;
+		s->atts[i]->token = 0;
+	}
+	zks_batch_end();
+}
+
+/*
+ * The rounds: send everything from start on, take the nodes and tokens,
+ * look at each lock in order; stop at the first one taken by someone
+ * else, give up what follows it, wait for it, and go on after it.
+ */
+static bool
+run_rounds(LockSet *s, bool try_only)
+{
+	int			start = 0;
+
+	while (start < s->n)
+	{
+		int			blocked = -1;
+
+		send_round(s, start);
+		for (int k = 0; k < s->nbatches; k++)
+			collect_batch(s, &s->batches[k]);
+		for (int k = 0; k < s->nbatches; k++)
+			collect_token(s, &s->batches[k]);
+		s->nbatches = 0;
+
+		for (int i = start; i < s->n && blocked < 0; i++)
+			if (!zka_await_turn(s->atts[i]))
+				blocked = i;
+		if (blocked < 0)
+			return true;
+		if (try_only)
+		{
+			s->blocked = s->atts[blocked];
+			return false;
+		}
+
+		give_up_from(s, blocked + 1);
+		s->atts[blocked]->try_only = false;
+		(void) zka_await_turn(s->atts[blocked]);
+		zkd_wait_end(&s->atts[blocked]->dl);
+		start = blocked + 1;
+	}
+	return true;
+}
+
+bool
+zkm_acquire_set(ZkaAttempt **atts, int n, ZkaAttempt **blocked)
+{
+	LockSet    *s = palloc(sizeof(LockSet));
+	bool		try_only = atts[0]->try_only;
+	volatile bool all = false;
+
+	qsort(atts, n, sizeof(ZkaAttempt *), compare_parents);
+	s->atts = atts;
+	s->n = n;
+	s->batches = palloc(sizeof(Batch) * n);
+	s->nbatches = 0;
+	s->blocked = NULL;
+
+	/* the first look at each lock never waits (run_rounds waits) */
+	for (int i = 0; i < n; i++)
+		atts[i]->try_only = true;
+
+	PG_TRY();
+	{
+		all = run_rounds(s, try_only);
+	}
+	PG_CATCH();
+	{
+		for (int k = 0; k < s->nbatches; k++)
+		{
+			zks_done(s->batches[k].mreq);
+			zks_done(s->batches[k].ereq);
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	*blocked = s->blocked;
+	pfree(s->batches);
+	pfree(s);
+	return all;
+}
