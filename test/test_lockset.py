@@ -15,6 +15,8 @@ What ZooKeeper holds is read from the server itself (`dump`, `mntr`) and
 with kazoo, not from the extension's own view.
 """
 
+import concurrent.futures
+import threading
 import time
 
 import psycopg2
@@ -23,6 +25,7 @@ import harness
 from harness import wait_until
 from test_many import ephemerals_under, packets_received, wait_all_gone
 from test_multisession import expect_sqlstate, result
+from test_package import control_version
 
 TIMEOUT = 300                   # seconds per test (a pytest-timeout bound)
 DB = 'zklock_set'
@@ -227,3 +230,303 @@ def test_no_position_after_a_taken_lock(ctx):
     assert sorted(held_nodes(ctx, res)) == res
     b.query('COMMIT')
     wait_until(lambda: not held_nodes(ctx, res), 30, 'all released')
+
+
+def test_requests_per_lock(ctx):
+    """1,000 free locks in one call: the creates go out in a multi
+    request, so ZooKeeper receives about one request per lock (its
+    listing) plus a few, not two or more per lock as a loop of scalar
+    calls; COMMIT releases them in a few multi requests too.  The time
+    per lock against the scalar loop is a figure (targets: make bench)."""
+    n = 1000
+    res = names('set-req', n)
+    b = ctx.backend('set-req')
+    b.query('SELECT zk_status()')           # the session exists
+    b.query('BEGIN')
+    b.query('SELECT zk_lock_exclusive(%s::text[])', [res[:10]])  # parents
+    b.query('ROLLBACK')
+    b.query('BEGIN')
+    # the parents of all n exist after a first call
+    b.query('SELECT zk_lock_exclusive(%s::text[])', [res])
+    b.query('ROLLBACK')
+    wait_all_gone(ctx, 'set-req', 'first round released')
+    b.query('BEGIN')
+    before = packets_received(ctx)
+    t0 = time.monotonic()
+    b.query('SELECT zk_lock_exclusive(%s::text[])', [res])
+    took = time.monotonic() - t0
+    sent = packets_received(ctx) - before - 1   # our own mntr poll
+    ctx.figure('requests per lock, %d locks in one call' % n, sent / n,
+               fmt='%.3f')
+    ctx.figure('%d locks in one call' % n, took * 1000, 'ms', '%.0f')
+    assert len(ephemerals_under(ctx, 'set-req')) == n
+    assert sent <= n + 20, '%d requests for %d locks' % (sent, n)
+    before = packets_received(ctx)
+    b.query('COMMIT')
+    wait_all_gone(ctx, 'set-req', 'released at COMMIT')
+    ctx.figure('requests to release them at COMMIT',
+               packets_received(ctx) - before)
+
+    b.query('BEGIN')
+    before = packets_received(ctx)
+    t0 = time.monotonic()
+    b.query('SELECT count(zk_lock_exclusive(r)) FROM unnest(%s::text[]) r',
+            [res])
+    took_loop = time.monotonic() - t0
+    sent_loop = packets_received(ctx) - before - 1
+    b.query('ROLLBACK')
+    ctx.figure('requests per lock, scalar loop', sent_loop / n, fmt='%.3f')
+    ctx.figure('%d locks by the scalar loop' % n, took_loop * 1000, 'ms',
+               '%.0f')
+    assert sent_loop >= 2 * n       # the comparison means something
+    wait_all_gone(ctx, 'set-req', 'loop released')
+
+
+def blocked_in_the_middle(ctx, tag, n):
+    """Another session holds the lock in the middle of n; returns it, the
+    names, and the backend (in a transaction) whose array call waits for
+    it, holding the first half."""
+    res = names('set-%s' % tag, n)
+    holder = ctx.backend('set-%s-holder' % tag)
+    holder.query('BEGIN')
+    holder.query('SELECT zk_lock_exclusive(%s)', [res[n // 2]])
+    b = ctx.backend('set-%s' % tag)
+    b.query('BEGIN')
+    return holder, res, b
+
+
+def test_cancel_in_the_middle_of_10000(ctx):
+    """A 10,000-lock call cancelled while it waits for the lock in the
+    middle (holding the 5,000 before it), and cancelled at several points
+    while its creates are in flight: nothing of it is left in ZooKeeper,
+    and a lock held before the call stays."""
+    n = 10000
+    holder, res, b = blocked_in_the_middle(ctx, 'cancel', n)
+    b.query("SELECT zk_session_lock_exclusive('set-cancel-before')")
+    fut = b.submit('SELECT zk_lock_exclusive(%s::text[])', [res])
+    wait_until(lambda: len(ephemerals_under(ctx, 'set-cancel')) == n // 2 + 2,
+               120, 'the call to hold the first half and queue')
+    ctx.wait_state(b)
+    b.cancel()
+    expect_sqlstate(fut, '57014', 60, 'cancelled call')
+    b.query('ROLLBACK')
+    wait_until(lambda: len(ephemerals_under(ctx, 'set-cancel')) == 1, 60,
+               'only the holder\'s node left')
+    holder.query('COMMIT')
+    wait_all_gone(ctx, 'set-cancel', 'holder released')
+
+    # cancels while the pipelined creates are in flight (the holder gone):
+    # whatever a multi creates after its caller gave up is deleted
+    for delay in (0.02, 0.05, 0.1, 0.2, 0.4):
+        b.query('BEGIN')
+        fut = b.submit('SELECT zk_lock_exclusive(%s::text[])', [res])
+        time.sleep(delay)   # a point in the call, not a condition
+        b.cancel()
+        try:
+            fut.result(120)
+            done = 'finished'
+        except psycopg2.Error as e:
+            assert e.pgcode == '57014', e
+            done = 'cancelled'
+        b.query('ROLLBACK')
+        ctx.log('cancel after %.2f s: %s' % (delay, done))
+        wait_all_gone(ctx, 'set-cancel', 'nodes after a cancel at %.2f s'
+                      % delay)
+    assert [r for r, in b.query('SELECT resource FROM zk_locks')] == \
+        ['set-cancel-before']
+    b.query('SELECT zk_unlock_all()')
+
+
+def test_lock_timeout_and_statement_timeout(ctx):
+    """lock_timeout (55P03) and statement_timeout (57014) end a call that
+    waits for one element: no node is left of it."""
+    holder, res, b = blocked_in_the_middle(ctx, 'lt', 100)
+    for setting, state in [('lock_timeout', '55P03'),
+                           ('statement_timeout', '57014')]:
+        b.query("SET %s = '500ms'" % setting)
+        t0 = time.monotonic()
+        expect_sqlstate(b.submit('SELECT zk_lock_shared(%s::text[])', [res]),
+                        state, 30, setting)
+        assert time.monotonic() - t0 >= 0.45
+        b.query('ROLLBACK')
+        b.query('RESET %s' % setting)
+        wait_until(lambda: len(ephemerals_under(ctx, 'set-lt')) == 1, 30,
+                   'only the holder\'s node after %s' % setting)
+        b.query('BEGIN')
+    b.query('ROLLBACK')
+    holder.query('COMMIT')
+    wait_all_gone(ctx, 'set-lt', 'holder released')
+
+
+def test_savepoints_and_scalar_holds(ctx):
+    """Array holds belong to the subtransaction that took them: ROLLBACK
+    TO SAVEPOINT drops them (and their nodes) and keeps what was taken
+    before, by array or scalar calls; RELEASE SAVEPOINT hands them to the
+    parent; a scalar call on a lock the array took is re-entrant."""
+    b = ctx.backend('set-sp')
+    first = names('set-sp/first', 5)
+    second = names('set-sp/second', 5)
+    b.query('BEGIN')
+    b.query('SELECT zk_lock_exclusive(%s::text[])', [first])
+    b.query("SELECT zk_lock_exclusive('set-sp/scalar')")
+    b.query('SAVEPOINT s1')
+    b.query('SELECT zk_lock_exclusive(%s::text[])',
+            [second + ['set-sp/scalar', first[0]]])
+    assert len(ephemerals_under(ctx, 'set-sp')) == 11
+    b.query('ROLLBACK TO SAVEPOINT s1')
+    wait_until(lambda: len(ephemerals_under(ctx, 'set-sp')) == 6, 30,
+               'second set released by ROLLBACK TO')
+    counts = dict(b.query('SELECT resource, count FROM zk_locks'))
+    assert counts == dict([(r, 1) for r in first + ['set-sp/scalar']]), \
+        counts
+    b.query('SAVEPOINT s2')
+    b.query('SELECT zk_lock_exclusive(%s::text[])', [second])
+    b.query('SELECT zk_lock_exclusive(%s)', [second[2]])
+    b.query('RELEASE SAVEPOINT s2')
+    counts = dict(b.query('SELECT resource, count FROM zk_locks'))
+    assert counts[second[2]] == 2 and len(counts) == 11, counts
+    b.query('COMMIT')
+    wait_all_gone(ctx, 'set-sp', 'all released at COMMIT')
+
+
+def test_opposite_orders_never_deadlock(ctx):
+    """Two sessions on two clusters take ARRAY[a..z] and the reversed
+    array, 200 times each, at the same time (deadlock_timeout 50 ms, so
+    the detector looks at every wait): no deadlock, no timeout, never
+    both inside at once, and both got their turns."""
+    letters = ['set-az/%s' % chr(c) for c in range(ord('a'), ord('z') + 1)]
+    rounds = 200
+    inside = []
+    mu = threading.Lock()
+    errors = []
+
+    def worker(b, arr):
+        b.query("SET deadlock_timeout = '50ms'")
+        for _ in range(rounds):
+            b.query('BEGIN')
+            tokens = b.scalar("SELECT zk_lock_exclusive(%s::text[], "
+                              "'60 s')", [arr], timeout=90)
+            if len(tokens) != 26:
+                errors.append('%r got %r' % (b, tokens))
+            with mu:
+                inside.append(b)
+                if len(inside) > 1:
+                    errors.append('both inside at once')
+            with mu:
+                inside.remove(b)
+            b.query('COMMIT')
+
+    a = ctx.backend('set-az-a')
+    z = ctx.backend('set-az-z', cluster=ctx.shared.pg_b, dbname=DB)
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futs = [pool.submit(worker, a, letters),
+                pool.submit(worker, z, list(reversed(letters)))]
+        for f in futs:
+            f.result(timeout=TIMEOUT - 30)   # raises the worker's error
+    took = time.monotonic() - t0
+    assert not errors, errors[:5]
+    ctx.figure('2 x %d calls of 26 locks in opposite orders' % rounds,
+               took, 's', '%.1f')
+    waits = [bk.scalar('SELECT waits FROM zk_status()') for bk in (a, z)]
+    ctx.figure('calls that had to wait (A, B)', waits)
+    wait_until(lambda: not held_nodes(ctx, letters), 30, 'all released')
+
+
+def test_update_from_1_2_keeps_grants(ctx):
+    """ALTER EXTENSION zklock UPDATE from 1.2 gives the same functions as
+    a fresh install, the array functions with EXECUTE revoked from
+    PUBLIC (a role without a grant gets 42501), and keeps a grant given
+    on a 1.2 function."""
+    pg = ctx.shared.pg_b
+    role = 'zklock_set_user'
+    for db in ('zklock_upd13', 'zklock_fresh13'):
+        pg.psql('DROP DATABASE IF EXISTS %s' % db)
+        pg.psql('CREATE DATABASE %s' % db)
+    pg.psql('DROP ROLE IF EXISTS %s' % role)
+    pg.psql('CREATE ROLE %s' % role)
+    pg.psql("CREATE EXTENSION zklock VERSION '1.2'", dbname='zklock_upd13')
+    pg.psql('GRANT EXECUTE ON FUNCTION zk_lock_exclusive(text, interval) '
+            'TO %s' % role, dbname='zklock_upd13')
+    pg.psql('ALTER EXTENSION zklock UPDATE', dbname='zklock_upd13')
+    pg.psql('CREATE EXTENSION zklock', dbname='zklock_fresh13')
+    q = ("SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid) "
+         "|| ' -> ' || pg_get_function_result(p.oid), "
+         "has_function_privilege('public', p.oid, 'EXECUTE') "
+         "FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid "
+         "JOIN pg_extension e ON e.oid = d.refobjid "
+         "AND e.extname = 'zklock' ORDER BY 1")
+    upd = ctx.backend('set-upd', cluster=pg, dbname='zklock_upd13')
+    fresh = ctx.backend('set-fresh', cluster=pg, dbname='zklock_fresh13')
+    try:
+        assert upd.scalar("SELECT extversion FROM pg_extension "
+                          "WHERE extname = 'zklock'") == control_version()
+        rows = upd.query(q)
+        assert rows == fresh.query(q)
+        arrays = [r for r in rows if 'text[]' in r[0]]
+        assert len(arrays) == 10, arrays
+        assert not any(r[2] for r in rows), 'PUBLIC may execute a function'
+        upd.query('SET ROLE %s' % role)
+        expect_sqlstate(upd.submit("SELECT zk_try_lock_exclusive("
+                                   "ARRAY['set-upd'])"), '42501', 10,
+                        'array call without a grant')
+        assert upd.scalar("SELECT zk_lock_exclusive('set-upd'::text) > 0") \
+            is True   # the grant given on 1.2 is kept
+        upd.query('RESET ROLE')
+    finally:
+        upd.close()
+        fresh.close()
+        for db in ('zklock_upd13', 'zklock_fresh13'):
+            pg.psql('DROP DATABASE %s WITH (FORCE)' % db)
+        pg.psql('DROP ROLE %s' % role)
+
+
+def test_lost_multi_reply_and_lost_multi(ctx):
+    """Through a proxy: the reply to the multi create is lost after the
+    server ran it (the connection dropped), or the multi itself is lost
+    before the server saw it.  Either way the call ends holding every
+    lock with exactly one node each (nodes found again by prefix after a
+    sync, or created again), and COMMIT leaves nothing."""
+    from test_proxy import Scene
+    from zkproxy import OP_MULTI, ZOK
+    import zkproxy
+    res = names('set-proxy', 40)
+    for how in ('reply lost', 'request lost'):
+        with Scene(ctx, 'set-' + how.split()[0]) as sc:
+            b = sc.backend('set-proxy')
+            b.query('BEGIN')
+            b.query('SELECT zk_lock_exclusive(%s::text[])', [res])  # parents
+            b.query('COMMIT')
+            wait_until(lambda: not held_nodes(ctx, res), 30, 'warm-up gone')
+            hit = []
+
+            def hook(req):
+                if req.op == OP_MULTI and not hit:
+                    hit.append(req)
+                    if how == 'reply lost':
+                        sc.proxy.on_reply(req.cid, req.xid, swallow=True,
+                                          drop=True)
+                        return None
+                    return zkproxy.Verdict(drop='before')
+                return None
+            sc.proxy.hook = hook
+            b.query('BEGIN')
+            tokens = b.scalar("SELECT zk_lock_exclusive(%s::text[], "
+                              "'60 s')", [res], timeout=90)
+            sc.proxy.hook = None
+            assert hit, 'no multi request went through the proxy'
+            if how == 'reply lost':
+                wait_until(lambda: hit[0].reply is not None, 10, 'reply')
+                assert hit[0].reply.err == ZOK and \
+                    hit[0].reply.fate == 'swallowed', hit[0].reply
+            held = held_nodes(ctx, res)
+            assert sorted(held) == res and \
+                all(len(v) == 1 for v in held.values()), held
+            for r, t in zip(res, tokens):
+                [c] = ctx.zi.contenders(r)
+                assert c.stat.czxid == t, (r, c.stat.czxid, t)
+            ctx.figure('%s: reconnects' % how,
+                       b.scalar('SELECT reconnects FROM zk_status()'))
+            b.query('COMMIT')
+            wait_until(lambda: not held_nodes(ctx, res), 30,
+                       'all released after: %s' % how)

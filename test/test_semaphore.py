@@ -31,6 +31,7 @@ import harness
 from harness import wait_until
 from test_interop import CuratorPeer, PEER_SESSION_MS, KAZOO_SESSION_S
 from test_multisession import expect_sqlstate, notice_sqlstates, token_of
+from test_package import control_version
 
 DB = 'zklock_sem'
 MAX = 3
@@ -652,7 +653,7 @@ def test_update_from_1_1_keeps_grants(ctx):
     fresh = ctx.backend('sem-fresh', cluster=pg, dbname='zklock_fresh12')
     try:
         assert upd.scalar("SELECT extversion FROM pg_extension "
-                          "WHERE extname = 'zklock'") == '1.2'
+                          "WHERE extname = 'zklock'") == control_version()
         assert upd.query(q) == fresh.query(q)
         assert upd.query(sem_acl) == fresh.query(sem_acl)
         assert len(upd.query(sem_acl)) == 5
