@@ -30,6 +30,15 @@
  *              match it (PostgreSQL's statements overlap the delete's fsync
  *              that this loop's next create waits for).
  *
+ *   set        (rawzk set HOSTS PARENT N ROUNDS) zklock's array call without
+ *              PostgreSQL: N locks under PARENT/lNNNNN, their
+ *              EPHEMERAL_SEQUENTIAL creates in multi requests of 1,000,
+ *              each lock's zoo_aget_children right behind the multi that
+ *              made its node, all pipelined; then the deletes in multi
+ *              requests.  Prints the median time to hold all N and to
+ *              release them, over ROUNDS rounds: the protocol's floor for
+ *              zk_lock_exclusive(text[]).
+ *
  * Node names and data mimic zklock's (Curator's protected name, a ~120
  * byte owner line), so the server does the same work.  Prints one line:
  *   mode=sync cycles=12345 total=14800 seconds=5.000 us_per_cycle=405.1
@@ -118,6 +127,18 @@ delete_completion(int rc, const void *data)
 	outstanding_deletes--;
 	pthread_cond_broadcast(&cv);
 	pthread_mutex_unlock(&mu);
+}
+
+static void
+void_completion(int rc, const void *data)
+{
+	reply_done(rc);
+}
+
+static void
+parent_completion(int rc, const char *value, const void *data)
+{
+	reply_done(rc == ZNODEEXISTS ? ZOK : rc);
 }
 
 static void
@@ -558,6 +579,114 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 	return 0;
 }
 
+/* ---- set mode: many locks at once, as zk_lock_exclusive(text[]) ---- */
+
+#define SET_BATCH 1000
+
+
+static void
+await_pending(void)
+{
+	pthread_mutex_lock(&mu);
+	while (pending > 0)
+		pthread_cond_wait(&cv, &mu);
+	if (failures)
+		die("set round", ZSYSTEMERROR);
+	pthread_mutex_unlock(&mu);
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double		x = *(const double *) a,
+				y = *(const double *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int
+run_set(zhandle_t *zh, const char *parent, int n, int rounds, const char *data)
+{
+	char	  **parents = calloc(n, sizeof(char *));
+	char	  **prefixes = calloc(n, sizeof(char *));
+	char	   *names = calloc(n, 512);
+	zoo_op_t   *ops = calloc(SET_BATCH, sizeof(zoo_op_t));
+	zoo_op_result_t *results = calloc(n, sizeof(zoo_op_result_t));
+	double	   *acq = calloc(rounds, sizeof(double));
+	double	   *rel = calloc(rounds, sizeof(double));
+
+	for (int i = 0; i < n; i++)
+	{
+		int			rc;
+
+		parents[i] = malloc(strlen(parent) + 16);
+		sprintf(parents[i], "%s/l%05d", parent, i);
+		prefixes[i] = malloc(strlen(parents[i]) + 64);
+		sprintf(prefixes[i], "%s/_c_3f2a6c1e-8a4b-4c7d-9e0f-1a2b3c4d5e6f-__WRIT__",
+				parents[i]);
+		/* pipelined: the bench runs this once per round, parents kept */
+		pthread_mutex_lock(&mu);
+		pending++;
+		pthread_mutex_unlock(&mu);
+		rc = zoo_acreate(zh, parents[i], "", 0, &ZOO_OPEN_ACL_UNSAFE, 0,
+						 parent_completion, NULL);
+		if (rc != ZOK)
+			die("create lock parent", rc);
+	}
+	await_pending();
+	for (int r = 0; r < rounds; r++)
+	{
+		double		t0 = now();
+
+		for (int first = 0; first < n; first += SET_BATCH)
+		{
+			int			k = n - first < SET_BATCH ? n - first : SET_BATCH;
+			int			rc;
+
+			for (int j = 0; j < k; j++)
+				zoo_create_op_init(&ops[j], prefixes[first + j], data,
+								   strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+								   ZOO_EPHEMERAL_SEQUENTIAL,
+								   names + (size_t) (first + j) * 512, 512);
+			pthread_mutex_lock(&mu);
+			pending += 1 + k;
+			pthread_mutex_unlock(&mu);
+			rc = zoo_amulti(zh, k, ops, results + first, void_completion, NULL);
+			if (rc != ZOK)
+				die("amulti", rc);
+			for (int j = 0; j < k; j++)
+				if ((rc = zoo_aget_children(zh, parents[first + j], 0,
+											children_completion, NULL)) != ZOK)
+					die("aget_children", rc);
+		}
+		await_pending();
+		acq[r] = now() - t0;
+
+		t0 = now();
+		for (int first = 0; first < n; first += SET_BATCH)
+		{
+			int			k = n - first < SET_BATCH ? n - first : SET_BATCH;
+			int			rc;
+
+			for (int j = 0; j < k; j++)
+				zoo_delete_op_init(&ops[j], names + (size_t) (first + j) * 512, -1);
+			pthread_mutex_lock(&mu);
+			pending++;
+			pthread_mutex_unlock(&mu);
+			if ((rc = zoo_amulti(zh, k, ops, results + first, void_completion,
+								 NULL)) != ZOK)
+				die("amulti delete", rc);
+		}
+		await_pending();
+		rel[r] = now() - t0;
+	}
+	qsort(acq, rounds, sizeof(double), cmp_double);
+	qsort(rel, rounds, sizeof(double), cmp_double);
+	printf("mode=set locks=%d rounds=%d acquire_ms=%.1f release_ms=%.1f\n",
+		   n, rounds, 1000 * acq[rounds / 2], 1000 * rel[rounds / 2]);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -573,7 +702,8 @@ main(int argc, char **argv)
 
 	if (argc != 6)
 	{
-		fprintf(stderr, "usage: rawzk sync|pipelined|read|write|recipe HOSTS PARENT WARMUP_S SECONDS\n");
+		fprintf(stderr, "usage: rawzk sync|pipelined|read|write|recipe HOSTS PARENT WARMUP_S SECONDS\n"
+				"       rawzk set HOSTS PARENT N ROUNDS\n");
 		return 2;
 	}
 	mode = argv[1];
@@ -621,6 +751,9 @@ main(int argc, char **argv)
 			 "rawzk host=bench port=0 sysid=0 pid=%d db=none role=none application_name=rawzk ",
 			 (int) getpid());
 	data[120] = '\0';
+
+	if (strcmp(mode, "set") == 0)
+		return run_set(zh, parent, atoi(argv[4]), atoi(argv[5]), data);
 
 	t0 = now();
 	for (;;)

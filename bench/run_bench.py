@@ -37,6 +37,11 @@ burst of background load hits every implementation alike); medians:
                acquire time per lock, commit time, time until ZooKeeper has
                deleted every node; ZooKeeper's 1 MB packet limit
                (jute.maxbuffer) respected (no "Len error", no reconnect).
+  arrays       N = 100 and 10,000 locks taken in one call
+               (zk_lock_exclusive(text[]), issue 17) against the scalar loop
+               over the same names, then COMMIT; and rawzk set, the array
+               call's requests without PostgreSQL (the protocol's floor).
+               Time to hold all, COMMIT time, ZooKeeper requests per lock.
   memory       VmRSS of a backend (/proc/<pg_backend_pid()>/status): open
                session, 10,000 held locks, after their release; before and
                after 100,000 lock cycles (DO loop with COMMIT per cycle).
@@ -187,8 +192,11 @@ class Bench:
         self.mem_cycles = 20000 if self.quick else 100000
         self.mem_warm = 2000 if self.quick else 5000
         self.many_runs = 1 if self.quick else min(self.runs, 2)
+        # (locks, runs of the array call, runs of the scalar loop)
+        self.array_cases = [(100, 20, 5), (10000, 3 if self.quick else 5,
+                                           1 if self.quick else 2)]
         self.results = {'uncontended': {}, 'contended': {}, 'herd': {},
-                        'many': {}, 'memory': {}, 'runs': self.runs,
+                        'many': {}, 'arrays': {}, 'memory': {}, 'runs': self.runs,
                         'seconds': self.secs}
         self.zk = None
         self.pg = None
@@ -732,6 +740,72 @@ class Bench:
             conn.close()
         self.results['many'] = res
 
+    def _array_round(self, cur, impl, names, eph0):
+        """One transaction taking `names` by one array call or by the
+        scalar loop, then COMMIT; waits until ZooKeeper has deleted them."""
+        n = len(names)
+        m0 = self.mntr()
+        cur.execute('BEGIN')
+        t0 = time.monotonic()
+        if impl == 'array':
+            cur.execute('SELECT zk_lock_exclusive(%s::text[])', [names])
+        else:
+            cur.execute('SELECT count(zk_lock_exclusive(r)) '
+                        'FROM unnest(%s::text[]) r', [names])
+        t1 = time.monotonic()
+        cur.execute('COMMIT')
+        t2 = time.monotonic()
+        harness.wait_until(
+            lambda: self.mntr()['zk_ephemerals_count'] <= eph0, 120,
+            'ZooKeeper to delete the %d released nodes' % n, interval=0.01)
+        m1 = self.mntr()
+        return {'acquire_ms': 1e3 * (t1 - t0), 'commit_ms': 1e3 * (t2 - t1),
+                'requests_per_lock': self.requests(m0, m1) / n}
+
+    def part_arrays(self):
+        res = {}
+        conn = self.pg.connect()
+        cur = conn.cursor()
+        try:
+            for n, runs, scalar_runs in self.array_cases:
+                names = ['bench-set-%d/%05d' % (n, i) for i in range(n)]
+                eph0 = self.mntr()['zk_ephemerals_count']
+                # the lock parents exist from here on, as for a job that
+                # takes the same set every few seconds
+                self._array_round(cur, 'array', names, eph0)
+                rows = {'array': [], 'scalar': []}
+                raws = []
+                for r in range(runs):
+                    for impl in ('array', 'scalar', 'rawzk'):
+                        if impl == 'scalar' and r >= scalar_runs:
+                            continue
+                        if impl == 'rawzk':
+                            raws.append(kv_line(run(
+                                [RAWZK, 'set', self.zk.connect_string,
+                                 '/rawzk-set-%d' % n, str(n), '1'],
+                                timeout=600).stdout))
+                            log('arrays %5d locks run %d/%d rawzk : %.1f ms, release %.1f ms'
+                                % (n, r + 1, runs, raws[-1]['acquire_ms'],
+                                   raws[-1]['release_ms']))
+                            continue
+                        row = self._array_round(cur, impl, names, eph0)
+                        rows[impl].append(row)
+                        log('arrays %5d locks run %d/%d %-6s: %.1f ms, COMMIT %.1f ms, '
+                            '%.2f requests/lock' % (n, r + 1, runs, impl, row['acquire_ms'],
+                                                   row['commit_ms'], row['requests_per_lock']))
+                raw = {'acquire_ms': median(x['acquire_ms'] for x in raws),
+                       'release_ms': median(x['release_ms'] for x in raws)}
+                out = {'locks': n, 'runs': runs, 'scalar_runs': scalar_runs,
+                       'raw_acquire_ms': raw['acquire_ms'],
+                       'raw_release_ms': raw['release_ms'], 'rows': rows}
+                for impl in ('array', 'scalar'):
+                    for k in ('acquire_ms', 'commit_ms', 'requests_per_lock'):
+                        out['%s_%s' % (impl, k)] = median(x[k] for x in rows[impl])
+                res[n] = out
+        finally:
+            conn.close()
+        self.results['arrays'] = res
+
     def part_memory(self):
         """RSS of a fresh backend before and after mem_cycles lock cycles
         (the 10,000-held-locks figures come from part_many's backend)."""
@@ -875,6 +949,17 @@ def targets(res):
     if res['many']:
         out.append(('10,000 locks: 1 MB packet limit respected', None,
                     res['many']['limit_ok']))
+    arrays = res.get('arrays') or {}
+    if 10000 in arrays:
+        a = arrays[10000]
+        out.append(('arrays: 10,000 free locks in one call < 500 ms',
+                    a['array_acquire_ms'], a['array_acquire_ms'] < 500))
+        out.append(('arrays: COMMIT releasing them < 200 ms',
+                    a['array_commit_ms'], a['array_commit_ms'] < 200))
+    if 100 in arrays:
+        a = arrays[100]
+        out.append(('arrays: 100 free locks in one call < 10 ms',
+                    a['array_acquire_ms'], a['array_acquire_ms'] < 10))
     if res['memory'].get('cycles'):
         out.append(('memory: no per-lock leak over %d cycles (bytes/cycle; < 1 MB in all)'
                     % res['memory']['cycles'],
@@ -1278,6 +1363,36 @@ def write_markdown(res, info, path, elapsed, load):
                  '**%s**.' % (JUTE_MAXBUFFER, m['reconnects'], len(m['zk_log_errors']),
                              m['max_response_bytes'],
                              'Respected' if m['limit_ok'] else 'Not respected'))
+    arrays = res.get('arrays') or {}
+    if arrays:
+        L.append('')
+        L.append('## Many locks in one call (arrays)')
+        L.append('')
+        L.append('`BEGIN; SELECT zk_lock_exclusive(ARRAY[...]); COMMIT;` against the '
+                 'scalar loop `SELECT count(zk_lock_exclusive(r)) FROM unnest(ARRAY[...]) r` '
+                 'over the same free locks (their parents exist: a first call made them), '
+                 '`zklock.verify_at_commit` on; and rawzk set: the array call\'s requests '
+                 '(creates in multi requests of 1,000, each listing right behind its multi) '
+                 'from the C client without PostgreSQL, the floor of the protocol. '
+                 'Requests per lock count the COMMIT\'s too. Medians.')
+        L.append('')
+        L.append('| locks | array call (ms) | µs per lock | COMMIT (ms) | requests per lock '
+                 '| scalar loop (ms) | µs per lock | COMMIT (ms) | requests per lock '
+                 '| rawzk set (ms) | array / rawzk |')
+        L.append('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+        for n, a in sorted(arrays.items(), key=lambda kv: int(kv[0])):
+            n = int(n)
+            L.append('| %d | %.1f | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.3f | %.1f | %.2f |' % (
+                n, a['array_acquire_ms'], 1e3 * a['array_acquire_ms'] / n,
+                a['array_commit_ms'], a['array_requests_per_lock'],
+                a['scalar_acquire_ms'], 1e3 * a['scalar_acquire_ms'] / n,
+                a['scalar_commit_ms'], a['scalar_requests_per_lock'],
+                a['raw_acquire_ms'], a['array_acquire_ms'] / a['raw_acquire_ms']))
+        L.append('')
+        L.append('Runs: %s.' % ', '.join('%d locks: %d array, %d scalar, %d rawzk'
+                                          % (int(n), a['runs'], a['scalar_runs'], a['runs'])
+                                          for n, a in sorted(arrays.items(),
+                                                             key=lambda kv: int(kv[0]))))
     if mem and 'cycles' in mem:
         L.append('')
         L.append('## Memory of a backend (VmRSS)')
@@ -1338,7 +1453,7 @@ def main():
     ap.add_argument('--runs', type=int, default=int(os.environ.get('BENCH_RUNS') or 0))
     ap.add_argument('--seconds', type=int,
                     default=int(os.environ.get('BENCH_SECONDS') or 0))
-    ap.add_argument('--only', default='uncontended,contended,herd,many,memory')
+    ap.add_argument('--only', default='uncontended,contended,herd,many,arrays,memory')
     ap.add_argument('--keep', action='store_true',
                     help='keep the ZooKeeper and PostgreSQL data directories')
     ap.add_argument('--out', default=HERE,

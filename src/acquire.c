@@ -413,23 +413,26 @@ recover_create(ZkaAttempt *a)
 void
 zka_create_node(ZkaAttempt *a)
 {
-	bool		need_parents = false;
+	zka_send_create(a);
+	zka_complete_create(a);
+}
 
+void
+zka_send_create(ZkaAttempt *a)
+{
+	a->creq = zks_send_create(a->create_path, a->data, strlen(a->data),
+							  a->create_mode);
+	if (a->list_after_create)
+		a->lreq = zks_send_children(a->parent, a->watch_listing);
+}
+
+void
+zka_complete_create(ZkaAttempt *a)
+{
 	for (int tries = 0;; tries++)
 	{
-		ZksRc		rc;
+		ZksRc		rc = zka_await_reply(a, a->creq);
 
-		if (need_parents)
-			send_parents(a, true);
-		a->creq = zks_send_create(a->create_path, a->data, strlen(a->data),
-								  a->create_mode);
-		if (a->list_after_create)
-			a->lreq = zks_send_children(a->parent, a->watch_listing);
-		if (need_parents)
-			check_parents(a);
-		need_parents = false;
-
-		rc = zka_await_reply(a, a->creq);
 		if (rc == ZKS_OK)
 		{
 			ZksStat		st;
@@ -448,9 +451,14 @@ zka_create_node(ZkaAttempt *a)
 
 		if (rc == ZKS_NONODE)
 		{
-			/* no lock parent (yet, or reaped): create it on the next try */
+			/*
+			 * No lock parent (yet, or reaped): send its creates, then the
+			 * node's, back to back: the whole retry is one round trip.
+			 */
 			zka_done_req(&a->creq);
-			need_parents = true;
+			send_parents(a, true);
+			zka_send_create(a);
+			check_parents(a);
 		}
 		else if (rc == ZKS_CONNECTION_LOSS)
 		{
@@ -474,6 +482,7 @@ zka_create_node(ZkaAttempt *a)
 			 */
 			zks_claim(a->creq);
 			zka_done_req(&a->creq);
+			zka_send_create(a);
 		}
 		else
 		{

@@ -113,6 +113,14 @@ extern char *zka_owner_line(void);
 extern void zka_create_node(ZkaAttempt *a);
 
 /*
+ * The same in two steps, so that many creates can be in flight at once:
+ * send the create (and the listing behind it), then wait for it, with
+ * every retry zka_create_node makes.
+ */
+extern void zka_send_create(ZkaAttempt *a);
+extern void zka_complete_create(ZkaAttempt *a);
+
+/*
  * ZooKeeper's lock recipe on a->parent: create, list, watch only the
  * contender in our way, list again after every notification.  Returns
  * true once the node holds, false for a try that found it taken.

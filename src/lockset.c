@@ -139,44 +139,69 @@ send_round(LockSet *s, int from)
 }
 
 /*
- * The multi failed because a lock parent is missing: the listings sent
- * behind it tell which.  Create those (pipelined, as CONTAINER nodes,
- * after the ancestors they need).  A multi cannot do this: it fails as a
- * whole on a parent another client has just created.
+ * The multi failed because a lock parent is missing (new, or reaped by
+ * the server as an empty container).  A multi would fail as a whole again
+ * for any parent the server reaps meanwhile, and it cannot create parents
+ * that may exist, so this batch goes on with single creates, still
+ * pipelined: all of them, then, for those whose parent is missing, the
+ * parents (CONTAINER nodes) and the create again, back to back.  A parent
+ * made here has had no child yet, which the server never reaps; each
+ * round fixes every parent it found missing.  The listings go behind each
+ * create, as in the multi's case, and each create's reply carries its
+ * node's czxid.
  */
 static void
-create_missing_parents(LockSet *s, Batch *b)
+create_singly(LockSet *s, Batch *b)
 {
-	bool	   *missing = palloc0(sizeof(bool) * b->count);
-	bool		ancestors_done = false;
+	bool	   *again = palloc0(sizeof(bool) * b->count);
 
 	for (int j = 0; j < b->count; j++)
 	{
 		ZkaAttempt *a = s->atts[b->first + j];
-		ZksRc		rc = zka_await_reply(a, a->lreq);
 
 		zka_done_req(&a->lreq);
-		if (rc == ZKS_NONODE)
-			missing[j] = true;
-		else if (rc != ZKS_OK && rc != ZKS_CONNECTION_LOSS)
-			zka_failure(a, ZKA_OP_LIST, rc);
+		zka_send_create(a);
 	}
-	for (int j = 0; j < b->count; j++)
+	for (int tries = 0;; tries++)
 	{
-		ZkaAttempt *a = s->atts[b->first + j];
+		int			missing = -1;
 
-		if (!missing[j])
-			continue;
-		/* the levels above, usually all shared: once, and cached */
-		if (!ancestors_done)
-			zka_create_ancestors(a);
-		ancestors_done = true;
-		zka_send_parents(a);
+		for (int j = 0; j < b->count; j++)
+		{
+			ZkaAttempt *a = s->atts[b->first + j];
+
+			if (a->node != NULL)
+				continue;
+			if (tries < MAX_CREATE_TRIES &&
+				zka_await_reply(a, a->creq) == ZKS_NONODE)
+			{
+				zka_done_req(&a->creq);
+				zka_done_req(&a->lreq);
+				again[j] = true;
+				if (missing < 0)
+					missing = j;
+			}
+			else
+				zka_complete_create(a);		/* and any retry it needs */
+		}
+		if (missing < 0)
+			break;
+		/* the levels above, usually shared by all: once, and cached */
+		zka_create_ancestors(s->atts[b->first + missing]);
+		for (int j = 0; j < b->count; j++)
+			if (again[j])
+			{
+				zka_send_parents(s->atts[b->first + j]);
+				zka_send_create(s->atts[b->first + j]);
+			}
+		for (int j = 0; j < b->count; j++)
+			if (again[j])
+			{
+				zka_check_parents(s->atts[b->first + j]);
+				again[j] = false;
+			}
 	}
-	for (int j = 0; j < b->count; j++)
-		if (missing[j])
-			zka_check_parents(s->atts[b->first + j]);
-	pfree(missing);
+	pfree(again);
 }
 
 /*
@@ -289,7 +314,8 @@ collect_batch(LockSet *s, Batch *b)
 		if (rc == ZKS_NONODE)
 		{
 			zka_done_req(&b->mreq);
-			create_missing_parents(s, b);
+			create_singly(s, b);
+			return;				/* the creates' replies gave the tokens */
 		}
 		else if (rc == ZKS_CONNECTION_LOSS)
 		{
@@ -337,6 +363,8 @@ collect_token(LockSet *s, Batch *b)
 	ZksStat		st;
 	ZksRc		rc;
 
+	if (b->ereq == NULL)
+		return;					/* created singly: tokens known */
 	for (;;)
 	{
 		rc = zka_await_reply(lead, b->ereq);

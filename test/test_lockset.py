@@ -530,3 +530,40 @@ def test_lost_multi_reply_and_lost_multi(ctx):
             b.query('COMMIT')
             wait_until(lambda: not held_nodes(ctx, res), 30,
                        'all released after: %s' % how)
+
+
+def test_parents_reaped_during_the_call(ctx, make_zk, make_pg):
+    """The server reaps empty lock parents (CONTAINER nodes) while a
+    3,000-lock call runs (a check every 200 ms, then one delete every
+    6 ms, ZooKeeper's default pace): a multi whose parent went fails as a whole, and
+    the call goes on with single creates and new parents instead of
+    giving up.  Three rounds, each started once the reaper has begun on
+    the last round's parents; all nodes go at COMMIT."""
+    zk = make_zk(1, container_check_ms=200)
+    pg = make_pg('set-reap', {'zklock.hosts': zk.connect_string,
+                              'zklock.root': '/zklock'})
+    pg.psql('CREATE EXTENSION zklock')
+    kz = harness.connect_kazoo(zk.connect_string)
+    try:
+        b = ctx.backend('set-reap', cluster=pg, dbname='postgres')
+        n = 3000
+        res = names('set-reap', n)
+        parent = '/zklock/set-reap'
+
+        def parents():
+            return len(kz.get_children(parent)) if kz.exists(parent) else 0
+        for rnd in range(3):
+            b.query('BEGIN')
+            tokens = b.scalar('SELECT zk_lock_exclusive(%s::text[])', [res],
+                              timeout=120)
+            assert len(tokens) == n and all(tokens)
+            b.query('COMMIT')
+            wait_until(lambda: parents() < n, 60,
+                       'the server to start reaping round %d\'s parents' % rnd)
+            ctx.log('round %d: %d of %d parents left when the next began'
+                    % (rnd, parents(), n))
+        wait_until(lambda: not [p for p in zk.ephemerals()], 30,
+                   'every node released')
+    finally:
+        kz.stop()
+        kz.close()
