@@ -15,8 +15,10 @@
  * without waiting for the reply: releases run inside transaction
  * callbacks, which must neither fail nor block.
  *
- * Taking the node is acquire.c's (and semaphore.c's); confirming held
- * nodes with the ensemble before a commit is commitcheck.c's.
+ * Filling the table from a lock call is lockrequest.c's (the entries are
+ * in locktable_int.h); taking the node in ZooKeeper is acquire.c's,
+ * lockset.c's and semaphore.c's; confirming held nodes with the ensemble
+ * before a commit is commitcheck.c's.
  *
  * src/locktable.c
  *
@@ -39,75 +41,12 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "acquire.h"
 #include "commitcheck.h"
 #include "locktable.h"
-#include "lockset.h"
-#include "semaphore.h"
+#include "locktable_int.h"
 #include "session.h"
 #include "zklock.h"
 
-/*
- * The key points at the resource name: in an entry, at a copy in
- * TopMemoryContext that the entry owns; in a lookup, at the caller's
- * string.  (A fixed array for the longest name would cost half a kilobyte
- * per held lock.)
- */
-typedef struct ZklLockKey
-{
-	const char *resource;
-	ZkrMode		mode;
-} ZklLockKey;
-
-/* Why a held lock is no longer ours. */
-typedef enum ZklLost
-{
-	ZKL_LOST_NONE = 0,
-	ZKL_LOST_SESSION,			/* the session that held the node ended */
-	ZKL_LOST_DELETED			/* the node was deleted (or replaced) */
-} ZklLost;
-
-/*
- * Transaction-level holds taken in one subtransaction: a count, so that a
- * re-entrant call in a loop costs no memory.
- */
-typedef struct XactHold
-{
-	SubTransactionId subid;
-	int			count;
-} XactHold;
-
-typedef struct ZklLock
-{
-	ZklLockKey	key;			/* hash key: must be first */
-	char	   *parent;			/* lock parent path */
-	char	   *node;			/* full path of our node */
-	const char *name;			/* last component of node */
-	char	   *prefix;			/* the "_c_<uuid>-..." prefix of our node */
-	bool		sweep;			/* a create's reply was lost: at release,
-								 * also delete any stray node with prefix */
-	int64		token;			/* czxid of the node */
-	int64		session_id;		/* session the node belongs to */
-	ZklLost		lost;
-	TimestampTz since;
-	int			session_count;
-	int			xact_count;		/* sum of the counts in xact_holds */
-	int			nholds;			/* entries in xact_holds ... */
-	int			holds_cap;		/* ... and room for them */
-	XactHold   *xact_holds;		/* per subtransaction, oldest first */
-
-	/*
-	 * A shared lock asked while this backend holds the exclusive one is
-	 * granted on the exclusive node at once (a node of its own would sort
-	 * behind foreign waiters that wait for our exclusive node: a deadlock).
-	 * Its entry then borrows the exclusive entry's node; when the exclusive
-	 * holds go first, the node is handed over and stays until the last
-	 * shared hold goes.  node_mode is the mode the node was created for.
-	 */
-	bool		borrowed;		/* node belongs to the other mode's entry */
-	ZkrMode		node_mode;
-	int			max_holders;	/* a semaphore's; 0 for a lock */
-} ZklLock;
 
 static HTAB *lock_table = NULL;
 
@@ -158,8 +97,8 @@ key_match(const void *key1, const void *key2, Size keysize)
 	return strcmp(a->resource, b->resource);
 }
 
-static ZklLock *
-find_lock(const char *resource, ZkrMode mode)
+ZklLock *
+zkl_find_lock(const char *resource, ZkrMode mode)
 {
 	ZklLockKey	key;
 
@@ -175,8 +114,8 @@ find_lock(const char *resource, ZkrMode mode)
 /*
  * Make sure add_hold cannot fail: room for a new subtransaction's hold.
  */
-static void
-reserve_hold(ZklLock *lock, ZklScope scope)
+void
+zkl_reserve_hold(ZklLock *lock, ZklScope scope)
 {
 	int			newcap;
 
@@ -195,10 +134,10 @@ reserve_hold(ZklLock *lock, ZklScope scope)
 	lock->holds_cap = newcap;
 }
 
-static void
-add_hold(ZklLock *lock, ZklScope scope)
+void
+zkl_add_hold(ZklLock *lock, ZklScope scope)
 {
-	reserve_hold(lock, scope);
+	zkl_reserve_hold(lock, scope);
 	if (scope == ZKL_SCOPE_SESSION)
 	{
 		lock->session_count++;
@@ -223,17 +162,17 @@ other_mode_lock(ZklLock *lock)
 {
 	if (lock->key.mode == ZKR_MODE_SEMAPHORE)
 		return NULL;
-	return find_lock(lock->key.resource,
-					 lock->key.mode == ZKR_MODE_EXCLUSIVE ?
-					 ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
+	return zkl_find_lock(lock->key.resource,
+						 lock->key.mode == ZKR_MODE_EXCLUSIVE ?
+						 ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
 }
 
 /*
  * Drop the entry and its node once no hold is left.  Runs in transaction
  * callbacks: nothing here may raise ERROR or wait.
  */
-static void
-release_if_unused(ZklLock *lock)
+void
+zkl_release_if_unused(ZklLock *lock)
 {
 	char	   *resource;
 
@@ -287,7 +226,7 @@ release_xact_holds(void)
 	{
 		lock->xact_count = 0;
 		lock->nholds = 0;
-		release_if_unused(lock);
+		zkl_release_if_unused(lock);
 	}
 	zks_batch_end();
 }
@@ -304,8 +243,8 @@ mark_lost(ZklLock *lock, ZklLost why)
 }
 
 /* A lock whose session ended is lost; no round trip needed to know. */
-static void
-mark_if_session_lost(ZklLock *lock)
+void
+zkl_mark_if_session_lost(ZklLock *lock)
 {
 	if (lock->session_id != zks_session_id() || zks_session_expired())
 		mark_lost(lock, ZKL_LOST_SESSION);
@@ -331,7 +270,7 @@ confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{
-		mark_if_session_lost(lock);
+		zkl_mark_if_session_lost(lock);
 		if (lock->lost == ZKL_LOST_NONE)
 		{
 			locks[n] = lock;
@@ -353,8 +292,8 @@ confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
 	return rc;
 }
 
-static void
-lost_error(ZklLock *lock)
+void
+zkl_lost_error(ZklLock *lock)
 {
 	bool		session_scope = lock->session_count > 0;
 	const char *unlock_fn = lock->key.mode == ZKR_MODE_SHARED ?
@@ -398,11 +337,11 @@ verify_before_commit(void)
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{
-		mark_if_session_lost(lock);
+		zkl_mark_if_session_lost(lock);
 		if (lock->lost != ZKL_LOST_NONE)
 		{
 			hash_seq_term(&status);
-			lost_error(lock);
+			zkl_lost_error(lock);
 		}
 	}
 	if (rc != ZKS_OK)
@@ -510,7 +449,7 @@ zkl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			lock->xact_count += h.count;
 		}
 		lock->nholds = kept;
-		release_if_unused(lock);
+		zkl_release_if_unused(lock);
 	}
 	zks_batch_end();
 }
@@ -535,7 +474,7 @@ zkl_init(void)
 }
 
 /* ----------------------------------------------------------------
- * Acquisition
+ * Entries
  * ----------------------------------------------------------------
  */
 
@@ -543,10 +482,11 @@ zkl_init(void)
  * A new entry without holds.  Everything that can fail happens before the
  * entry is live.
  */
-static ZklLock *
-new_entry(const char *resource, ZkrMode mode, const char *parent,
-		  const char *node, const char *prefix, bool sweep, int64 token,
-		  int64 session_id, ZkrMode node_mode, int max_holders, bool borrowed)
+ZklLock *
+zkl_new_entry(const char *resource, ZkrMode mode, const char *parent,
+			  const char *node, const char *prefix, bool sweep, int64 token,
+			  int64 session_id, ZkrMode node_mode, int max_holders,
+			  bool borrowed)
 {
 	char	   *parent_copy = MemoryContextStrdup(TopMemoryContext, parent);
 	char	   *node_copy = MemoryContextStrdup(TopMemoryContext, node);
@@ -585,377 +525,18 @@ new_entry(const char *resource, ZkrMode mode, const char *parent,
  * (see ZklLock.borrowed).  The owner sweeps its strays, or hands them
  * over with the node.
  */
-static ZklLock *
-borrow_node(ZklLock *owner, const char *resource, ZkrMode mode)
+ZklLock *
+zkl_borrow_node(ZklLock *owner, const char *resource, ZkrMode mode)
 {
-	return new_entry(resource, mode, owner->parent, owner->node,
-					 owner->prefix, false, owner->token, owner->session_id,
-					 owner->node_mode, 0, true);
-}
-
-/* The entry of the other mode whose node grants this one at once, if any. */
-static ZklLock *
-lender_for(const char *resource, ZkrMode mode)
-{
-	ZklLock    *other;
-
-	if (mode == ZKR_MODE_SEMAPHORE)
-		return NULL;
-	other = find_lock(resource, mode == ZKR_MODE_EXCLUSIVE ?
-					  ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
-	if (other == NULL)
-		return NULL;
-	mark_if_session_lost(other);
-	if (other->lost == ZKL_LOST_NONE && !other->borrowed &&
-		other->node_mode == ZKR_MODE_EXCLUSIVE)
-		return other;
-	return NULL;
-}
-
-/*
- * Our node of the other mode, which the recipe must not count against a
- * new node of ours (zka_run_queue: own_other).
- */
-static void
-set_own_other(ZkaAttempt *a, const char *resource, ZkrMode mode)
-{
-	ZklLock    *other;
-
-	if (mode == ZKR_MODE_SEMAPHORE)
-		return;
-	other = find_lock(resource, mode == ZKR_MODE_EXCLUSIVE ?
-					  ZKR_MODE_SHARED : ZKR_MODE_EXCLUSIVE);
-	if (other != NULL && other->session_id == zks_session_id() &&
-		other->lost == ZKL_LOST_NONE)
-	{
-		a->own_other = other->name;
-		if (other->sweep)
-			a->own_other_prefix = other->prefix;
-	}
-}
-
-static void
-check_protocol_mode(ZkrMode mode)
-{
-	if (mode != ZKR_MODE_SEMAPHORE &&
-		!zkr_protocol_has_mode((ZkrProtocol) zklock_protocol, mode))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("zklock.protocol \"%s\" has no shared locks",
-						GetConfigOption("zklock.protocol", false, false)),
-				 errdetail("Curator's InterProcessMutex, whose node names this protocol writes, only takes exclusive locks."),
-				 errhint("Use zklock.protocol \"curator-rw\" or \"kazoo\" for shared locks.")));
-}
-
-/* An entry already held in this mode: one more hold, no request. */
-static void
-check_reentry(ZklLock *lock, ZkrMode mode, int max_holders)
-{
-	mark_if_session_lost(lock);
-	if (lock->lost != ZKL_LOST_NONE)
-		lost_error(lock);
-	if (mode == ZKR_MODE_SEMAPHORE && lock->max_holders != max_holders)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("zklock semaphore \"%s\" is already held with max_holders %d",
-						lock->key.resource, lock->max_holders),
-				 errdetail("This call asked for it with max_holders %d.",
-						   max_holders),
-				 errhint("Every holder of a semaphore must give the same max_holders.")));
-}
-
-bool
-zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
-			int max_holders, ZklScope scope, int64 timeout_ms, bool try_only,
-			int64 *token)
-{
-	ZklLock    *lock = find_lock(resource, mode);
-	ZklLock    *lender;
-	ZkaAttempt	a;
-	volatile bool granted;
-
-	/* Re-entrant: the same node serves every hold of resource and mode. */
-	if (lock != NULL)
-	{
-		check_reentry(lock, mode, max_holders);
-		add_hold(lock, scope);
-		*token = lock->token;
-		zkl_callbacks_first();
-		return true;
-	}
-
-	/*
-	 * An exclusive node of ours grants both modes: a shared request (or an
-	 * exclusive one, once the node has passed to a shared entry) is
-	 * granted on it at once.  A node of its own would sort behind every
-	 * foreign waiter queued meanwhile, all of them waiting for our node.
-	 */
-	lender = lender_for(resource, mode);
-	if (lender != NULL)
-	{
-		lock = borrow_node(lender, resource, mode);
-		add_hold(lock, scope);	/* cannot fail: room for 4 */
-		n_grants++;
-		*token = lock->token;
-		zkl_callbacks_first();
-		return true;
-	}
-
-	check_protocol_mode(mode);
-	zka_begin(&a, resource, mode, try_only, timeout_ms);
-	zka_connect(&a, !have_locks());
-	if (mode != ZKR_MODE_SEMAPHORE)
-	{
-		char		uuid[ZKR_UUID_LEN + 1];
-		char		prefix[ZKR_MAX_PREFIX_BYTES];
-
-		zka_new_uuid(uuid);
-		if (zkr_protocol_prefix((ZkrProtocol) zklock_protocol, mode, uuid,
-								prefix, sizeof(prefix)) == 0)
-			elog(ERROR, "zklock node prefix does not fit");
-		zka_set_node(&a, psprintf("%s/%s", zklock_root, relpath), prefix);
-	}
-	set_own_other(&a, resource, mode);
-
-	lock = NULL;
-	PG_TRY();
-	{
-		if (mode == ZKR_MODE_SEMAPHORE)
-			granted = zksem_acquire(&a, relpath, max_holders);
-		else
-			granted = zka_run_queue(&a);
-		if (granted)
-		{
-			lock = new_entry(resource, mode, a.parent, a.node, a.prefix,
-							 a.uncertain, a.token, zks_session_id(), mode,
-							 max_holders, false);
-			add_hold(lock, scope);	/* cannot fail: room for 4 */
-		}
-	}
-	PG_CATCH();
-	{
-		zka_abandon(&a);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	if (!granted)
-	{
-		zka_abandon(&a);
-		if (!try_only)
-			zka_timeout_error(&a);	/* timeout of zero: 55P03, not false */
-		return false;
-	}
-
-	/* the node now belongs to the entry */
-	zka_finish(&a);
-	n_grants++;
-	if (a.waited)
-		n_waits++;
-
-	*token = lock->token;
-	zkl_callbacks_first();
-	return true;
-}
-
-/* One resource of a zkl_acquire_many call, in the input's order. */
-typedef struct ManyItem
-{
-	const char *resource;
-	const char *relpath;
-	int			index;
-	int			group;			/* its distinct resource */
-} ManyItem;
-
-/* How a distinct resource of the call is had. */
-typedef enum ManyHow
-{
-	MANY_HELD,					/* an entry of ours in this mode */
-	MANY_BORROW,				/* on our exclusive node */
-	MANY_NEW					/* a node of its own: an attempt */
-} ManyHow;
-
-static int
-compare_items(const void *x, const void *y)
-{
-	const ManyItem *a = (const ManyItem *) x;
-	const ManyItem *b = (const ManyItem *) y;
-	int			c = strcmp(a->relpath, b->relpath);
-
-	if (c != 0)
-		return c;
-	return a->index < b->index ? -1 : a->index > b->index;
-}
-
-/*
- * Drop what a failed zkl_acquire_many made: its entries (deleting their
- * nodes) and the nodes its attempts still own.  Never raises ERROR.
- */
-static void
-undo_many(ZklLock **made, int nmade, ZkaAttempt *atts, int natts)
-{
-	zks_batch_begin();
-	for (int i = 0; i < nmade; i++)
-		release_if_unused(made[i]);
-	for (int k = 0; k < natts; k++)
-		zka_abandon(&atts[k]);
-	zks_batch_end();
-}
-
-bool
-zkl_acquire_many(const char *const *resources, const char *const *relpaths,
-				 int n, ZkrMode mode, ZklScope scope, int64 timeout_ms,
-				 bool try_only, int64 *tokens)
-{
-	ManyItem   *items = palloc(sizeof(ManyItem) * Max(n, 1));
-	int		   *first_item = palloc(sizeof(int) * Max(n, 1));
-	ManyHow    *how = palloc(sizeof(ManyHow) * Max(n, 1));
-	ZklLock   **locks = palloc0(sizeof(ZklLock *) * Max(n, 1));
-	ZklLock   **made = palloc(sizeof(ZklLock *) * Max(n, 1));
-	int		   *att_group = palloc(sizeof(int) * Max(n, 1));
-	ZkaAttempt *atts = NULL;
-	ZkaAttempt **todo = NULL;
-	ZkaAttempt *blocked = NULL;
-	int			ngroups = 0;
-	int			natts = 0;
-	volatile int nmade = 0;
-	volatile bool granted = true;
-
-	if (n == 0)
-		return true;
-
-	/* one entry per distinct resource (the encoding is one to one) */
-	for (int i = 0; i < n; i++)
-	{
-		items[i].resource = resources[i];
-		items[i].relpath = relpaths[i];
-		items[i].index = i;
-	}
-	qsort(items, n, sizeof(ManyItem), compare_items);
-	for (int i = 0; i < n; i++)
-	{
-		if (i == 0 || strcmp(items[i].relpath, items[i - 1].relpath) != 0)
-			first_item[ngroups++] = i;
-		items[i].group = ngroups - 1;
-	}
-
-	for (int g = 0; g < ngroups; g++)
-	{
-		const char *res = items[first_item[g]].resource;
-
-		locks[g] = find_lock(res, mode);
-		if (locks[g] != NULL)
-		{
-			check_reentry(locks[g], mode, 0);
-			how[g] = MANY_HELD;
-		}
-		else if ((locks[g] = lender_for(res, mode)) != NULL)
-			how[g] = MANY_BORROW;
-		else
-		{
-			how[g] = MANY_NEW;
-			att_group[natts++] = g;
-		}
-	}
-
-	if (natts > 0)
-	{
-		check_protocol_mode(mode);
-		atts = palloc0(sizeof(ZkaAttempt) * natts);
-		todo = palloc(sizeof(ZkaAttempt *) * natts);
-		for (int k = 0; k < natts; k++)
-		{
-			const ManyItem *it = &items[first_item[att_group[k]]];
-			ZkaAttempt *a = &atts[k];
-
-			zka_begin(a, it->resource, mode, try_only, timeout_ms);
-			if (k == 0)
-				zka_connect(a, !have_locks());
-			else
-			{
-				/* one deadline for the whole call */
-				a->deadline = atts[0].deadline;
-				a->deadline_ms = atts[0].deadline_ms;
-				a->by_lock_timeout = atts[0].by_lock_timeout;
-			}
-			/* the prefix is lockset.c's, fresh for every round */
-			zka_set_node(a, psprintf("%s/%s", zklock_root, it->relpath), "");
-			set_own_other(a, it->resource, mode);
-			todo[k] = a;
-		}
-	}
-
-	PG_TRY();
-	{
-		if (natts > 0)
-			granted = zkm_acquire_set(todo, natts, &blocked);
-		if (granted)
-		{
-			for (int k = 0; k < natts; k++)
-			{
-				ZkaAttempt *a = &atts[k];
-
-				locks[att_group[k]] =
-					new_entry(a->resource, mode, a->parent, a->node,
-							  a->prefix, a->uncertain, a->token,
-							  zks_session_id(), mode, 0, false);
-				made[nmade++] = locks[att_group[k]];
-				/* the node (and its strays) are the entry's now */
-				a->node = NULL;
-				a->uncertain = false;
-			}
-			for (int g = 0; g < ngroups; g++)
-				if (how[g] == MANY_BORROW)
-				{
-					locks[g] = borrow_node(locks[g],
-										   items[first_item[g]].resource, mode);
-					made[nmade++] = locks[g];
-				}
-			for (int g = 0; g < ngroups; g++)
-				reserve_hold(locks[g], scope);
-		}
-	}
-	PG_CATCH();
-	{
-		undo_many(made, nmade, atts, natts);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	if (!granted)
-	{
-		undo_many(made, nmade, atts, natts);
-		if (!try_only)
-			zka_timeout_error(blocked);	/* timeout of zero: 55P03 */
-		return false;
-	}
-
-	for (int k = 0; k < natts; k++)
-	{
-		zka_finish(&atts[k]);
-		if (atts[k].waited)
-			n_waits++;
-	}
-	for (int g = 0; g < ngroups; g++)
-		if (how[g] != MANY_HELD)
-			n_grants++;
-
-	/* nothing below can fail: every hold has its room */
-	for (int i = 0; i < n; i++)
-	{
-		ZklLock    *lock = locks[items[i].group];
-
-		add_hold(lock, scope);
-		tokens[items[i].index] = lock->token;
-	}
-	zkl_callbacks_first();
-	return true;
+	return zkl_new_entry(resource, mode, owner->parent, owner->node,
+						 owner->prefix, false, owner->token,
+						 owner->session_id, owner->node_mode, 0, true);
 }
 
 bool
 zkl_release_session(const char *resource, ZkrMode mode)
 {
-	ZklLock    *lock = find_lock(resource, mode);
+	ZklLock    *lock = zkl_find_lock(resource, mode);
 
 	if (lock == NULL || lock->session_count == 0)
 	{
@@ -967,12 +548,12 @@ zkl_release_session(const char *resource, ZkrMode mode)
 				 errdetail("It is held at transaction level, which is released only when the transaction ends.") : 0));
 		return false;
 	}
-	mark_if_session_lost(lock);
+	zkl_mark_if_session_lost(lock);
 	if (lock->lost != ZKL_LOST_NONE)
 		lock->session_count = 0;	/* acknowledged: every level is gone */
 	else
 		lock->session_count--;
-	release_if_unused(lock);
+	zkl_release_if_unused(lock);
 	return true;
 }
 
@@ -1009,7 +590,7 @@ zkl_release_all_session(void)
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{
 		lock->session_count = 0;
-		release_if_unused(lock);
+		zkl_release_if_unused(lock);
 	}
 	zks_batch_end();
 }
@@ -1059,6 +640,14 @@ bool
 zkl_have_locks(void)
 {
 	return have_locks();
+}
+
+void
+zkl_count_grant(bool waited)
+{
+	n_grants++;
+	if (waited)
+		n_waits++;
 }
 
 void

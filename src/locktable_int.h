@@ -1,0 +1,118 @@
+/*-------------------------------------------------------------------------
+ *
+ * locktable_int.h
+ *	  The lock table's entries, shared by the table (locktable.c) and the
+ *	  code that fills it from lock calls (lockrequest.c); nothing else
+ *	  sees them.
+ *
+ * src/locktable_int.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_LOCKTABLE_INT_H
+#define ZKLOCK_LOCKTABLE_INT_H
+
+#include "datatype/timestamp.h"
+
+#include "locktable.h"
+#include "recipe.h"
+
+/*
+ * The key points at the resource name: in an entry, at a copy in
+ * TopMemoryContext that the entry owns; in a lookup, at the caller's
+ * string.  (A fixed array for the longest name would cost half a kilobyte
+ * per held lock.)
+ */
+typedef struct ZklLockKey
+{
+	const char *resource;
+	ZkrMode		mode;
+} ZklLockKey;
+
+/* Why a held lock is no longer ours. */
+typedef enum ZklLost
+{
+	ZKL_LOST_NONE = 0,
+	ZKL_LOST_SESSION,			/* the session that held the node ended */
+	ZKL_LOST_DELETED			/* the node was deleted (or replaced) */
+} ZklLost;
+
+/*
+ * Transaction-level holds taken in one subtransaction: a count, so that a
+ * re-entrant call in a loop costs no memory.
+ */
+typedef struct XactHold
+{
+	SubTransactionId subid;
+	int			count;
+} XactHold;
+
+typedef struct ZklLock
+{
+	ZklLockKey	key;			/* hash key: must be first */
+	char	   *parent;			/* lock parent path */
+	char	   *node;			/* full path of our node */
+	const char *name;			/* last component of node */
+	char	   *prefix;			/* the "_c_<uuid>-..." prefix of our node */
+	bool		sweep;			/* a create's reply was lost: at release,
+								 * also delete any stray node with prefix */
+	int64		token;			/* czxid of the node */
+	int64		session_id;		/* session the node belongs to */
+	ZklLost		lost;
+	TimestampTz since;
+	int			session_count;
+	int			xact_count;		/* sum of the counts in xact_holds */
+	int			nholds;			/* entries in xact_holds ... */
+	int			holds_cap;		/* ... and room for them */
+	XactHold   *xact_holds;		/* per subtransaction, oldest first */
+
+	/*
+	 * A shared lock asked while this backend holds the exclusive one is
+	 * granted on the exclusive node at once (a node of its own would sort
+	 * behind foreign waiters that wait for our exclusive node: a deadlock).
+	 * Its entry then borrows the exclusive entry's node; when the exclusive
+	 * holds go first, the node is handed over and stays until the last
+	 * shared hold goes.  node_mode is the mode the node was created for.
+	 */
+	bool		borrowed;		/* node belongs to the other mode's entry */
+	ZkrMode		node_mode;
+	int			max_holders;	/* a semaphore's; 0 for a lock */
+} ZklLock;
+
+/* The entry of resource in mode, or NULL. */
+extern ZklLock *zkl_find_lock(const char *resource, ZkrMode mode);
+
+/*
+ * A new entry without holds, owning node (or, with borrowed, sharing the
+ * other mode's).  Everything that can fail happens before it is live.
+ */
+extern ZklLock *zkl_new_entry(const char *resource, ZkrMode mode,
+							  const char *parent, const char *node,
+							  const char *prefix, bool sweep, int64 token,
+							  int64 session_id, ZkrMode node_mode,
+							  int max_holders, bool borrowed);
+
+/* A new entry for resource in mode on owner's node (ZklLock.borrowed). */
+extern ZklLock *zkl_borrow_node(ZklLock *owner, const char *resource,
+								ZkrMode mode);
+
+/* Room for one more hold (may fail); then zkl_add_hold cannot. */
+extern void zkl_reserve_hold(ZklLock *lock, ZklScope scope);
+extern void zkl_add_hold(ZklLock *lock, ZklScope scope);
+
+/*
+ * Drop the entry and delete its node once no hold is left.  Never raises
+ * ERROR and never waits.
+ */
+extern void zkl_release_if_unused(ZklLock *lock);
+
+/* A lock whose session ended is lost; no round trip needed to know. */
+extern void zkl_mark_if_session_lost(ZklLock *lock);
+
+/* ERROR 40001: the lock was lost. */
+extern void zkl_lost_error(ZklLock *lock) pg_attribute_noreturn();
+
+/* For zk_status(): a node granted, after a wait or not. */
+extern void zkl_count_grant(bool waited);
+
+#endif							/* ZKLOCK_LOCKTABLE_INT_H */
