@@ -366,6 +366,24 @@ class TestContext:
             self._backends.append(b)
         return b
 
+    def extra_cluster(self, name, dbname):
+        """Start (in module_setup) another PostgreSQL cluster set up as the
+        main one, on the suite's ZooKeeper, with database `dbname` holding
+        the extension; it joins ctx.shared.clusters (watched logs; stop it
+        in module_teardown)."""
+        pg = harness.PgCluster(name, {
+            'zklock.hosts': self.zk.connect_string,
+            'zklock.root': self.root,
+            'zklock.session_timeout': '%ds' % self.session_timeout,
+            'zklock.connect_timeout': '%ds' % self.connect_timeout,
+        }, base_dir=self.workdir).start()
+        if not hasattr(self.shared, 'clusters'):
+            self.shared.clusters = []
+        self.shared.clusters.append(pg)
+        pg.psql('CREATE DATABASE %s' % dbname)
+        pg.psql('CREATE EXTENSION zklock', dbname=dbname)
+        return pg
+
     def figure(self, name, value, unit='', fmt='%s'):
         """Record a measured figure (printed in the module's FIGURES block
         when the module ends); a name recorded again is replaced."""

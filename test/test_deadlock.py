@@ -29,16 +29,7 @@ def module_setup(ctx):
     ctx.shared.clusters = []
     ctx.shared.pgs = [ctx.pg]
     for name in ('dl-b', 'dl-c'):
-        pg = harness.PgCluster(name, {
-            'zklock.hosts': ctx.zk.connect_string,
-            'zklock.root': ctx.root,
-            'zklock.session_timeout': '%ds' % ctx.session_timeout,
-            'zklock.connect_timeout': '%ds' % ctx.connect_timeout,
-        }, base_dir=ctx.workdir).start()
-        ctx.shared.clusters.append(pg)
-        ctx.shared.pgs.append(pg)
-        pg.psql('CREATE DATABASE %s' % DB)
-        pg.psql('CREATE EXTENSION zklock', dbname=DB)
+        ctx.shared.pgs.append(ctx.extra_cluster(name, DB))
     ctx.pg.psql('CREATE TABLE IF NOT EXISTS dl_rows (id int PRIMARY KEY, v int)',
                 dbname=ctx.dbname)
     ctx.pg.psql('INSERT INTO dl_rows VALUES (1, 0) ON CONFLICT DO NOTHING',

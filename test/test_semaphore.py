@@ -39,16 +39,7 @@ MAX = 3
 
 def module_setup(ctx):
     ctx.shared.clusters = []
-    pg = harness.PgCluster('sem-b', {
-        'zklock.hosts': ctx.zk.connect_string,
-        'zklock.root': ctx.root,
-        'zklock.session_timeout': '%ds' % ctx.session_timeout,
-        'zklock.connect_timeout': '%ds' % ctx.connect_timeout,
-    }, base_dir=ctx.workdir).start()
-    ctx.shared.clusters.append(pg)
-    ctx.shared.pg_b = pg
-    pg.psql('CREATE DATABASE %s' % DB)
-    pg.psql('CREATE EXTENSION zklock', dbname=DB)
+    ctx.shared.pg_b = ctx.extra_cluster('sem-b', DB)
 
 
 def module_teardown(ctx):
