@@ -76,4 +76,5 @@ fuzz:
 # ZooKeeper fsyncs (forceSync=yes) unless ZK_FSYNC=0.
 .PHONY: bench
 bench:
-	QUICK="$(QUICK)" ZK_SERVERS="$(ZK_SERVERS)" ZK_FSYNC="$(ZK_FSYNC)" bash bench/run.sh
+	QUICK="$(QUICK)" ZK_SERVERS="$(ZK_SERVERS)" ZK_FSYNC="$(ZK_FSYNC)" \
+	BENCH_ONLY="$(BENCH_ONLY)" BENCH_OUT="$(BENCH_OUT)" bash bench/run.sh

@@ -9,6 +9,8 @@
 #   make bench ZK_SERVERS=3     3-server ensemble (default: standalone)
 #   make bench ZK_FSYNC=0       ZooKeeper with forceSync=no (default: yes)
 #   BENCH_RUNS=5 BENCH_SECONDS=6 make bench
+#   make bench ZK_SERVERS=3 BENCH_ONLY=arrays BENCH_OUT=bench/arrays
+#                               one part only, results written elsewhere
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
