@@ -30,7 +30,11 @@
  *
  * Nodes a create made cannot be found by name when its reply is lost: as
  * for single creates (acquire.c), they are found again by their prefix,
- * which is fresh for every round, after a sync.
+ * one for the whole call, after a sync.  A copy that runs late leaves
+ * nodes of that prefix, never in the call's way (acquire.c counts them as
+ * its own), deleted by a sweep for the prefix once the call's nodes are
+ * released or given up -- never earlier: a sweep listed only after a
+ * reconnect could take a node of a later round.
  *
  * src/lockset.c
  *
@@ -75,22 +79,20 @@ compare_parents(const void *x, const void *y)
 }
 
 /*
- * Name the nodes of atts[from..] with a fresh prefix.  A round never
- * reuses the last one's: a sweep of the last round's strays (after a lost
- * reply) could otherwise take a new node.  Every parent is distinct, so
- * one UUID serves the whole round.
+ * Name the call's nodes: one prefix for every lock (their parents are
+ * distinct) and every round (see the file's comment on lost replies).
  */
 static void
-new_prefixes(LockSet *s, int from)
+name_nodes(LockSet *s)
 {
 	char		uuid[ZKR_UUID_LEN + 1];
 	char		prefix[ZKR_MAX_PREFIX_BYTES];
 
 	zka_new_uuid(uuid);
-	if (zkr_protocol_prefix((ZkrProtocol) zklock_protocol, s->atts[from]->mode,
+	if (zkr_protocol_prefix((ZkrProtocol) zklock_protocol, s->atts[0]->mode,
 							uuid, prefix, sizeof(prefix)) == 0)
 		elog(ERROR, "zklock node prefix does not fit");
-	for (int i = from; i < s->n; i++)
+	for (int i = 0; i < s->n; i++)
 	{
 		ZkaAttempt *a = s->atts[i];
 
@@ -125,7 +127,6 @@ send_batch(LockSet *s, Batch *b, int limit)
 static void
 send_round(LockSet *s, int from)
 {
-	new_prefixes(s, from);
 	s->nbatches = 0;
 	while (from < s->n)
 	{
@@ -205,17 +206,52 @@ create_singly(LockSet *s, Batch *b)
 }
 
 /*
+ * Wait for the exists in *req on a->node (sent again after a lost reply)
+ * and return the node's czxid, after checking it is this session's.
+ */
+static int64
+node_czxid(ZkaAttempt *a, ZksRequest **req)
+{
+	ZksStat		st;
+	ZksRc		rc;
+
+	for (;;)
+	{
+		rc = zka_await_reply(a, *req);
+		if (rc != ZKS_CONNECTION_LOSS)
+			break;
+		zka_done_req(req);
+		zka_await_reconnect(a);
+		*req = zks_send_exists(a->node, false);
+	}
+	if (rc == ZKS_NONODE)
+		zka_vanished_error(a);
+	if (rc != ZKS_OK)
+		zka_failure(a, ZKA_OP_READ, rc);
+	zks_get_stat(*req, &st);
+	zka_done_req(req);
+	if (st.ephemeral_owner != zks_session_id())
+		zka_vanished_error(a);
+	return st.czxid;
+}
+
+/*
  * The multi's reply was lost: it ran entirely or not at all.  After the
  * session is back, sync the server with the leader (it may not have seen
- * the multi yet) and list every parent for the round's prefix.  Returns
- * true with every node adopted, false if the multi did not run.
+ * the multi yet) and list every parent for the call's prefix.  Returns
+ * true with a node adopted for every lock, and its token read, if each
+ * parent has one of ours; false otherwise, and the multi is sent again.
+ * A node adopted may come from a copy of an earlier round's multi that
+ * ran late rather than from this one: it is ours all the same, but its
+ * czxid is its own, so each node's token is read here.  Where only some
+ * parents have one, the multi did not run (or someone deleted nodes of
+ * it): the ones found are strays, swept when the call ends.
  */
 static bool
 recover_batch(LockSet *s, Batch *b)
 {
 	ZkaAttempt *lead = s->atts[b->first];
 	int			found = 0;
-	int			first_missing = -1;
 
 	for (;;)
 	{
@@ -248,38 +284,44 @@ recover_batch(LockSet *s, Batch *b)
 	{
 		ZkaAttempt *a = s->atts[b->first + j];
 		ZksRc		rc = zka_await_reply(a, a->lreq);
-		bool		mine = false;
 
 		if (rc == ZKS_OK)
 		{
 			int			n;
 			char	  **children = zks_get_children(a->lreq, &n);
 
-			for (int i = 0; i < n && !mine; i++)
+			for (int i = 0; i < n && a->node == NULL; i++)
 				if (zkr_has_prefix(children[i], a->prefix))
 				{
 					a->node = psprintf("%s/%s", a->parent, children[i]);
 					a->name = strrchr(a->node, '/') + 1;
-					mine = true;
+					found++;
 				}
 		}
 		else if (rc != ZKS_NONODE)
 			zka_failure(a, ZKA_OP_LIST, rc);
 		zka_done_req(&a->lreq);
-		if (mine)
-			found++;
-		else if (first_missing < 0)
-			first_missing = j;
 	}
-	if (found == 0)
-		return false;
 	if (found < b->count)
 	{
-		/* the multi ran, yet a node of it is gone: someone deleted it */
-		ZkaAttempt *a = s->atts[b->first + first_missing];
+		for (int j = 0; j < b->count; j++)
+		{
+			s->atts[b->first + j]->node = NULL;
+			s->atts[b->first + j]->name = NULL;
+		}
+		return false;
+	}
+	for (int j = 0; j < b->count; j++)
+	{
+		ZkaAttempt *a = s->atts[b->first + j];
 
-		a->node = a->create_path;
-		zka_vanished_error(a);
+		a->ereq = zks_send_exists(a->node, false);
+	}
+	for (int j = 0; j < b->count; j++)
+	{
+		ZkaAttempt *a = s->atts[b->first + j];
+
+		a->token = node_czxid(a, &a->ereq);
 	}
 	return true;
 }
@@ -308,8 +350,15 @@ collect_batch(LockSet *s, Batch *b)
 			zka_done_req(&b->mreq);
 			break;
 		}
-		if (tries >= MAX_CREATE_TRIES)
-			zka_failure(lead, ZKA_OP_CREATE_NODE, rc);
+		if (tries >= MAX_CREATE_TRIES ||
+			(rc != ZKS_NONODE && rc != ZKS_CONNECTION_LOSS))
+		{
+			/* name the lock whose create failed, not the batch's first */
+			ZkaAttempt *culprit = s->atts[b->first + zks_failed_op(b->mreq)];
+
+			zka_done_req(&b->mreq);
+			zka_failure(culprit, ZKA_OP_CREATE_NODE, rc);
+		}
 
 		if (rc == ZKS_NONODE)
 		{
@@ -317,31 +366,24 @@ collect_batch(LockSet *s, Batch *b)
 			create_singly(s, b);
 			return;				/* the creates' replies gave the tokens */
 		}
-		else if (rc == ZKS_CONNECTION_LOSS)
-		{
-			/*
-			 * The nodes, if any, are found by prefix here; until then a
-			 * give-up sweeps for them.  A multi that runs only later
-			 * leaves strays of the same prefix, never in our way
-			 * (acquire.c counts them as ours) and swept at release.
-			 */
-			zks_claim(b->mreq);
-			zka_done_req(&b->mreq);
-			for (int j = 0; j < b->count; j++)
-			{
-				ZkaAttempt *a = s->atts[b->first + j];
 
-				zka_done_req(&a->lreq);
-				a->uncertain = true;
-			}
-			if (recover_batch(s, b))
-				break;
-		}
-		else
+		/*
+		 * The reply was lost.  The nodes, if any, are found by prefix
+		 * here; until then a give-up sweeps for them.  A multi that runs
+		 * only later leaves strays of the same prefix, never in our way
+		 * (acquire.c counts them as ours) and swept when the call ends.
+		 */
+		zks_claim(b->mreq);
+		zka_done_req(&b->mreq);
+		for (int j = 0; j < b->count; j++)
 		{
-			zka_done_req(&b->mreq);
-			zka_failure(lead, ZKA_OP_CREATE_NODE, rc);
+			ZkaAttempt *a = s->atts[b->first + j];
+
+			zka_done_req(&a->lreq);
+			a->uncertain = true;
 		}
+		if (recover_batch(s, b))
+			return;				/* each node's token read there */
 		for (int j = 0; j < b->count; j++)
 			zka_done_req(&s->atts[b->first + j]->lreq);
 		send_batch(s, b, b->count);
@@ -359,43 +401,34 @@ collect_batch(LockSet *s, Batch *b)
 static void
 collect_token(LockSet *s, Batch *b)
 {
-	ZkaAttempt *lead = s->atts[b->first];
-	ZksStat		st;
-	ZksRc		rc;
+	int64		czxid;
 
 	if (b->ereq == NULL)
-		return;					/* created singly: tokens known */
-	for (;;)
-	{
-		rc = zka_await_reply(lead, b->ereq);
-		if (rc != ZKS_CONNECTION_LOSS)
-			break;
-		zka_done_req(&b->ereq);
-		zka_await_reconnect(lead);
-		b->ereq = zks_send_exists(lead->node, false);
-	}
-	if (rc == ZKS_NONODE)
-		zka_vanished_error(lead);
-	if (rc != ZKS_OK)
-		zka_failure(lead, ZKA_OP_READ, rc);
-	zks_get_stat(b->ereq, &st);
-	zka_done_req(&b->ereq);
-	if (st.ephemeral_owner != zks_session_id())
-		zka_vanished_error(lead);
+		return;					/* created singly or recovered: known */
+	czxid = node_czxid(s->atts[b->first], &b->ereq);
 	for (int j = 0; j < b->count; j++)
-		s->atts[b->first + j]->token = st.czxid;
+		s->atts[b->first + j]->token = czxid;
 }
 
-/* Give up the queue positions of atts[from..]: delete their nodes. */
+/*
+ * Give up the queue positions of atts[from..]: delete their nodes.  No
+ * sweep for strays yet (the next round creates nodes of the same prefix);
+ * it comes when the call ends.
+ */
 static void
 give_up_from(LockSet *s, int from)
 {
 	zks_batch_begin();
 	for (int i = from; i < s->n; i++)
 	{
-		zka_abandon(s->atts[i]);
-		s->atts[i]->name = NULL;
-		s->atts[i]->token = 0;
+		ZkaAttempt *a = s->atts[i];
+		bool		uncertain = a->uncertain;
+
+		a->uncertain = false;
+		zka_abandon(a);
+		a->uncertain = uncertain;
+		a->name = NULL;
+		a->token = 0;
 	}
 	zks_batch_end();
 }
@@ -461,6 +494,7 @@ zkm_acquire_set(ZkaAttempt **atts, int n, ZkaAttempt **blocked)
 
 	PG_TRY();
 	{
+		name_nodes(s);
 		all = run_rounds(s, try_only);
 	}
 	PG_CATCH();

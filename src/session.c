@@ -1549,6 +1549,18 @@ zks_take_created_path_at(ZksRequest *req, int i)
 	return pstrdup(req->names + (size_t) i * req->name_len);
 }
 
+int
+zks_failed_op(ZksRequest *req)
+{
+	Assert(req->state == REQ_DONE);
+	/* the ops after the one that failed report a rollback, not a cause */
+	for (int i = 0; req->results != NULL && i < req->nops; i++)
+		if (req->results[i].err != ZOK &&
+			req->results[i].err != ZRUNTIMEINCONSISTENCY)
+			return i;
+	return 0;
+}
+
 ZksRequest *
 zks_send_watch_data(const char *path)
 {

@@ -111,6 +111,9 @@ extern ZksRequest *zks_send_creates(const char *const *paths, int n,
 /* The path the i-th create of a successful zks_send_creates made. */
 extern char *zks_take_created_path_at(ZksRequest *req, int i);
 
+/* Which create of a failed zks_send_creates failed (0 if not known). */
+extern int	zks_failed_op(ZksRequest *req);
+
 /*
  * Bring the connected server up to date with the leader (ZooKeeper's
  * "sync"), so that the reads sent behind it see every committed change.
