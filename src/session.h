@@ -4,11 +4,12 @@
  *	  The backend's ZooKeeper session: asynchronous requests, interruptible
  *	  waits, and the clean-up of nodes nobody waits for any more.
  *
- * session.c is the only file that includes zookeeper.h; everything the rest
- * of the extension needs is expressed here in terms that do not mention
- * libzookeeper.  Requests are sent with zks_send_*() and complete on the
- * library's threads; the backend collects them with zks_wait(), which waits
- * on its latch and honours interrupts.  A request the backend stops caring
+ * session.c and session_cleanup.c (the session layer) are the only files
+ * that include zookeeper.h; everything the rest of the extension needs is
+ * expressed here in terms that do not mention libzookeeper.  Requests are
+ * sent with zks_send_*() and complete on the library's threads; the
+ * backend collects them with zks_wait(), which waits on its latch and
+ * honours interrupts.  A request the backend stops caring
  * about (because an ERROR unwound past it) is handed back with zks_done()
  * whatever its state: if it was a create that succeeds after all, the node
  * is deleted, so no contender is ever left behind.

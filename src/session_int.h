@@ -1,0 +1,72 @@
+/*-------------------------------------------------------------------------
+ *
+ * session_int.h
+ *	  What the files of the session layer (session.c, session_cleanup.c)
+ *	  share; nothing outside that layer includes it, or zookeeper.h.
+ *
+ * src/session_int.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_SESSION_INT_H
+#define ZKLOCK_SESSION_INT_H
+
+#include <pthread.h>
+
+#include <zookeeper.h>
+
+/*
+ * Shared with libzookeeper's threads, under zks_mutex: the handle (NULL
+ * when none), set while it is being closed, and the last state the
+ * session watcher saw.
+ */
+extern pthread_mutex_t zks_mutex;
+extern zhandle_t *zh;
+extern bool zh_closing;
+extern int	zk_state;
+
+/*
+ * A reply that says nothing about the node: the request may or may not
+ * have run.  ZSESSIONMOVED comes from a server our session has left for
+ * another one (the request did not run there); like a lost reply, it is
+ * answered by asking again on the connection the session has now.
+ */
+static inline bool
+zks_is_connection_loss(int zrc)
+{
+	return zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT ||
+		zrc == ZSESSIONMOVED;
+}
+
+/*
+ * A multi request stays far below ZooKeeper's 1 MB packet limit
+ * (jute.maxbuffer, on server and client): at most this many operations,
+ * and about this many bytes.
+ */
+#define BATCH_MAX_OPS	1000
+#define BATCH_MAX_BYTES (256 * 1024)
+
+/* session_cleanup.c; the _locked ones with zks_mutex held */
+
+/* A delete of path (prefix NULL), or a sweep of parent path for prefix. */
+extern void zkt_add_task_locked(const char *path, const char *prefix);
+
+/* A batch of n deletes; takes over paths[0..n-1] (malloc'd). */
+extern void zkt_add_batch_locked(char **paths, int n);
+
+/* A sweep for the node a create of path (a prefix) may have made. */
+extern void zkt_sweep_for_create_locked(const char *path);
+
+/* The session is gone: forget the tasks (those in flight once answered). */
+extern void zkt_drop_tasks_locked(void);
+
+/* After zookeeper_close: no completion runs any more. */
+extern void zkt_free_all_tasks_locked(void);
+
+/* The session is connected (again): send what waits. */
+extern void zkt_resubmit_tasks_locked(void);
+
+/* How many of the n paths go into one multi request (at least one). */
+extern int	zkt_batch_fit(const char *const *paths, int n);
+
+#endif							/* ZKLOCK_SESSION_INT_H */
