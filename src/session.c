@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * session.c
- *	  The backend's ZooKeeper session: with session_cleanup.c, the only code
- *	  that talks to libzookeeper.
+ *	  The backend's ZooKeeper session: with session_request.c and
+ *	  session_cleanup.c, the only code that talks to libzookeeper.
  *
  * libzookeeper_mt runs an I/O thread and a completion thread of its own.
  * Watchers and completions run on the completion thread, so they may call
@@ -11,6 +11,10 @@
  * SetLatch(MyLatch), which is safe from any thread.  The backend waits on
  * its latch (WaitLatch + CHECK_FOR_INTERRUPTS), so every wait can be
  * cancelled, timed out or ended by postmaster death.
+ *
+ * This file keeps the connection (the handle, authentication, the session
+ * watcher, reconnects and expiry); the requests are session_request.c's,
+ * the clean-up tasks session_cleanup.c's.
  *
  * A request object outlives an ERROR in the waiting backend: the backend
  * hands it back with zks_done() and, if the reply is still to come, the
@@ -52,50 +56,6 @@
 #include "session_int.h"
 #include "zklock.h"
 
-typedef enum ReqState
-{
-	REQ_PENDING,				/* sent, no reply yet, backend waits */
-	REQ_DONE,					/* reply stored, backend not done with it */
-	REQ_ABANDONED				/* backend gave up; the completion frees it */
-} ReqState;
-
-typedef enum ReqKind
-{
-	KIND_CREATE,
-	KIND_CHILDREN,
-	KIND_EXISTS,
-	KIND_GET,
-	KIND_SYNC,
-	KIND_MULTI,
-	KIND_MULTI_CREATE			/* contender creates in one multi request */
-} ReqKind;
-
-struct ZksRequest
-{
-	ReqKind		kind;
-	ReqState	state;
-	int			zrc;			/* libzookeeper's return code */
-	bool		ephemeral;		/* create of a contender node */
-	bool		taken;			/* caller took ownership of created node */
-	char	   *path;			/* request path (malloc) */
-	char	   *created;		/* create: the node's path (malloc) */
-	struct Stat stat;
-	bool		has_stat;
-	char	  **children;		/* children: names (malloc) */
-	int			nchildren;
-	char	   *value;			/* get: the node's data (malloc) */
-	int			value_len;
-	zoo_op_result_t *results;	/* multi: written by the reply (malloc) */
-	int			nops;			/* multi create: how many nodes ... */
-	char	  **prefixes;		/* ... their paths as asked (malloc) ... */
-	char	   *names;			/* ... and the created paths, written into
-								 * nops slots of name_len bytes by the
-								 * library at the reply (malloc) */
-	int			name_len;
-	struct ZksRequest *prev;	/* in the abandoned list */
-	struct ZksRequest *next;
-};
-
 /* Everything below is shared with libzookeeper's threads. */
 pthread_mutex_t zks_mutex = PTHREAD_MUTEX_INITIALIZER;
 zhandle_t *zh = NULL;
@@ -105,14 +65,6 @@ static uint64 state_counter = 0;	/* session events seen */
 static uint64 watch_counter = 0;	/* watch events seen */
 static uint64 reconnects = 0;	/* connections re-established */
 static bool ever_connected = false;	/* a CONNECTED event was seen */
-
-/*
- * Requests the backend gave up on while their reply was outstanding.  Their
- * completion frees them; those whose completion never runs (zookeeper_close
- * does not promise to call them) are freed once the handle is closed and
- * the library's threads are gone.
- */
-static ZksRequest *abandoned = NULL;
 
 static int	auth_result = -1;	/* zoo_add_auth reply; -1 while awaited */
 
@@ -136,8 +88,6 @@ static bool zh_had_session = false;
 static bool shutdown_registered = false;
 
 static void forget_auth(void);
-static void sleep_on_latch(TimestampTz deadline);
-static bool deadline_passed(TimestampTz deadline);
 
 /* ----------------------------------------------------------------
  * Code that runs on libzookeeper's threads.  Nothing of PostgreSQL but
@@ -145,8 +95,8 @@ static bool deadline_passed(TimestampTz deadline);
  * ----------------------------------------------------------------
  */
 
-static void
-wake_backend(void)
+void
+zks_wake_backend(void)
 {
 	SetLatch(MyLatch);
 }
@@ -180,272 +130,7 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 		watch_counter++;
 	}
 	pthread_mutex_unlock(&zks_mutex);
-	wake_backend();
-}
-
-static void
-free_request(ZksRequest *req)
-{
-	free(req->path);
-	free(req->created);
-	free(req->value);
-	free(req->results);
-	if (req->prefixes != NULL)
-	{
-		for (int i = 0; i < req->nops; i++)
-			free(req->prefixes[i]);
-		free(req->prefixes);
-	}
-	free(req->names);
-	if (req->children != NULL)
-	{
-		for (int i = 0; i < req->nchildren; i++)
-			free(req->children[i]);
-		free(req->children);
-	}
-	free(req);
-}
-
-static void
-link_abandoned_locked(ZksRequest *req)
-{
-	req->state = REQ_ABANDONED;
-	req->prev = NULL;
-	req->next = abandoned;
-	if (abandoned)
-		abandoned->prev = req;
-	abandoned = req;
-}
-
-static void
-unlink_abandoned_locked(ZksRequest *req)
-{
-	if (req->prev)
-		req->prev->next = req->next;
-	else
-		abandoned = req->next;
-	if (req->next)
-		req->next->prev = req->prev;
-	req->prev = req->next = NULL;
-}
-
-
-/*
- * The reply to a request whose waiter gave up.  A contender node created
- * for nobody must go at once, or it would block the lock until this
- * backend exits.
- */
-static void
-finish_abandoned_locked(ZksRequest *req, int rc, const char *created)
-{
-	if (req->kind == KIND_CREATE && req->ephemeral && !req->taken &&
-		!zh_closing)
-	{
-		if (rc == ZOK && created != NULL)
-			zkt_add_task_locked(created, NULL);
-		else if (zks_is_connection_loss(rc))
-			zkt_sweep_for_create_locked(req->path);
-	}
-
-	/*
-	 * A multi is all or nothing: after success every node exists (deleted
-	 * in multi requests again), after a lost reply every one may (swept),
-	 * after a failure none does.
-	 */
-	if (req->kind == KIND_MULTI_CREATE && !req->taken && !zh_closing)
-	{
-		if (rc == ZOK && req->names != NULL)
-		{
-			char	  **paths = malloc(req->nops * sizeof(char *));
-			int			n = 0;
-
-			for (int i = 0; paths != NULL && i < req->nops; i++)
-				if ((paths[n] = strdup(req->names + (size_t) i * req->name_len)) != NULL)
-					n++;
-			if (paths != NULL && n > 0)
-				zkt_add_batch_locked(paths, n);
-			free(paths);
-		}
-		else if (zks_is_connection_loss(rc))
-			for (int i = 0; i < req->nops; i++)
-				zkt_sweep_for_create_locked(req->prefixes[i]);
-	}
-	free_request(req);
-}
-
-static void
-create_completion(int rc, const char *value, const struct Stat *stat,
-				  const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	pthread_mutex_lock(&zks_mutex);
-	if (req->state == REQ_ABANDONED)
-	{
-		unlink_abandoned_locked(req);
-		finish_abandoned_locked(req, rc, value);
-	}
-	else
-	{
-		req->zrc = rc;
-		if (rc == ZOK)
-		{
-			req->created = value ? strdup(value) : NULL;
-			if (stat != NULL)
-			{
-				req->stat = *stat;
-				req->has_stat = true;
-			}
-			/*
-			 * Out of memory: the node exists but its name is unknown here.
-			 * Report a lost reply, so the node is found by its prefix.
-			 */
-			if (req->created == NULL)
-				req->zrc = ZCONNECTIONLOSS;
-		}
-		req->state = REQ_DONE;
-	}
-	pthread_mutex_unlock(&zks_mutex);
-	wake_backend();
-}
-
-/*
- * The protocol every completion but the create's follows.  Returns false
- * if the backend gave up on the request (it is freed then); otherwise
- * returns with zks_mutex held and the code stored, and the caller stores
- * its results and calls completion_end().
- */
-static bool
-completion_begin(ZksRequest *req, int rc)
-{
-	pthread_mutex_lock(&zks_mutex);
-	if (req->state == REQ_ABANDONED)
-	{
-		unlink_abandoned_locked(req);
-		free_request(req);
-		pthread_mutex_unlock(&zks_mutex);
-		return false;
-	}
-	req->zrc = rc;
-	return true;
-}
-
-static void
-completion_end(ZksRequest *req)
-{
-	req->state = REQ_DONE;
-	pthread_mutex_unlock(&zks_mutex);
-	wake_backend();
-}
-
-static void
-children_completion(int rc, const struct String_vector *strings,
-					const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	if (!completion_begin(req, rc))
-		return;
-	if (rc == ZOK && strings != NULL && strings->count > 0)
-	{
-		req->children = calloc(strings->count, sizeof(char *));
-		if (req->children == NULL)
-			req->zrc = ZSYSTEMERROR;
-		else
-		{
-			req->nchildren = strings->count;
-			for (int i = 0; i < strings->count; i++)
-			{
-				req->children[i] = strdup(strings->data[i]);
-				if (req->children[i] == NULL)
-					req->zrc = ZSYSTEMERROR;
-			}
-		}
-	}
-	completion_end(req);
-}
-
-static void
-store_stat(ZksRequest *req, int rc, const struct Stat *stat)
-{
-	if (rc == ZOK && stat != NULL)
-	{
-		req->stat = *stat;
-		req->has_stat = true;
-	}
-}
-
-static void
-exists_completion(int rc, const struct Stat *stat, const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	if (!completion_begin(req, rc))
-		return;
-	store_stat(req, rc, stat);
-	completion_end(req);
-}
-
-static void
-multi_completion(int rc, const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	if (!completion_begin(req, rc))
-		return;
-	completion_end(req);
-}
-
-static void
-multi_create_completion(int rc, const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	pthread_mutex_lock(&zks_mutex);
-	if (req->state == REQ_ABANDONED)
-	{
-		unlink_abandoned_locked(req);
-		finish_abandoned_locked(req, rc, NULL);
-	}
-	else
-	{
-		req->zrc = rc;
-		req->state = REQ_DONE;
-	}
-	pthread_mutex_unlock(&zks_mutex);
-	wake_backend();
-}
-
-static void
-get_completion(int rc, const char *value, int value_len,
-			   const struct Stat *stat, const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	if (!completion_begin(req, rc))
-		return;
-	store_stat(req, rc, stat);
-	if (rc == ZOK && value != NULL && value_len > 0)
-	{
-		req->value = malloc(value_len);
-		if (req->value == NULL)
-			req->zrc = ZSYSTEMERROR;
-		else
-		{
-			memcpy(req->value, value, value_len);
-			req->value_len = value_len;
-		}
-	}
-	completion_end(req);
-}
-
-static void
-sync_completion(int rc, const char *value, const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	if (completion_begin(req, rc))
-		completion_end(req);
+	zks_wake_backend();
 }
 
 static void
@@ -454,31 +139,13 @@ auth_completion(int rc, const void *data)
 	pthread_mutex_lock(&zks_mutex);
 	auth_result = rc;
 	pthread_mutex_unlock(&zks_mutex);
-	wake_backend();
+	zks_wake_backend();
 }
 
 /* ----------------------------------------------------------------
  * Backend side.
  * ----------------------------------------------------------------
  */
-
-static ZksRc
-map_rc(int zrc)
-{
-	if (zrc == ZOK)
-		return ZKS_OK;
-	if (zrc == ZNONODE)
-		return ZKS_NONODE;
-	if (zrc == ZNODEEXISTS)
-		return ZKS_NODEEXISTS;
-	if (zks_is_connection_loss(zrc))
-		return ZKS_CONNECTION_LOSS;
-	if (zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE || zrc == ZCLOSING)
-		return ZKS_SESSION_EXPIRED;
-	if (zrc == ZNOAUTH || zrc == ZAUTHFAILED)
-		return ZKS_NOAUTH;
-	return ZKS_ERROR;
-}
 
 const char *
 zks_rc_text(ZksRc rc)
@@ -573,19 +240,19 @@ close_handle(void)
 	zk_state = 0;
 	state_counter++;
 	zkt_free_all_tasks_locked();
-	while (abandoned != NULL)
-	{
-		ZksRequest *req = abandoned;
-
-		unlink_abandoned_locked(req);
-		free_request(req);
-	}
+	zksr_free_abandoned_locked();
 	pthread_mutex_unlock(&zks_mutex);
 
 	free(zh_hosts);
 	zh_hosts = NULL;
 	forget_auth();
 	zh_had_session = false;
+}
+
+const struct ACL_vector *
+zks_create_acl(void)
+{
+	return zh_auth ? &auth_acl : &ZOO_OPEN_ACL_UNSAFE;
 }
 
 /* Drop the copy of the credentials, leaving nothing readable behind. */
@@ -860,7 +527,7 @@ await_auth(TimestampTz deadline)
 		pthread_mutex_unlock(&zks_mutex);
 		if (rc == ZOK)
 			return;
-		if (rc != -1 || deadline_passed(deadline))
+		if (rc != -1 || zks_deadline_passed(deadline))
 		{
 			char	   *hosts = pstrdup(zh_hosts);
 
@@ -871,7 +538,7 @@ await_auth(TimestampTz deadline)
 							hosts),
 					 rc == -1 ? errdetail("No answer within \"zklock.connect_timeout\".") : 0));
 		}
-		sleep_on_latch(deadline);
+		zks_sleep_on_latch(deadline);
 	}
 }
 
@@ -889,8 +556,8 @@ ms_until(TimestampTz deadline)
  * Sleep on the latch until woken or until the deadline (0: at most a
  * second, to re-check).  Interrupts are processed here.
  */
-static void
-sleep_on_latch(TimestampTz deadline)
+void
+zks_sleep_on_latch(TimestampTz deadline)
 {
 	long		timeout = 1000;
 
@@ -902,8 +569,8 @@ sleep_on_latch(TimestampTz deadline)
 	CHECK_FOR_INTERRUPTS();
 }
 
-static bool
-deadline_passed(TimestampTz deadline)
+bool
+zks_deadline_passed(TimestampTz deadline)
 {
 	return deadline != 0 && GetCurrentTimestamp() >= deadline;
 }
@@ -931,9 +598,9 @@ zks_await_connection(TimestampTz deadline)
 			return ZKS_NOAUTH;
 		if (st == ZOO_CONNECTED_STATE)
 			return ZKS_OK;
-		if (deadline_passed(deadline))
+		if (zks_deadline_passed(deadline))
 			return ZKS_TIMEDOUT;
-		sleep_on_latch(deadline);
+		zks_sleep_on_latch(deadline);
 	}
 }
 
@@ -1024,384 +691,6 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 	return true;
 }
 
-static ZksRequest *
-new_request(ReqKind kind, const char *path)
-{
-	ZksRequest *req = calloc(1, sizeof(ZksRequest));
-
-	if (req != NULL)
-		req->path = strdup(path);
-	if (req == NULL || req->path == NULL)
-	{
-		free(req);
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	}
-	req->kind = kind;
-	req->state = REQ_PENDING;
-	return req;
-}
-
-/*
- * A call that libzookeeper refused outright gets no completion: record the
- * outcome as if it had been the reply.
- */
-static ZksRequest *
-sent(ZksRequest *req, int zrc)
-{
-	ZksRequest *done;
-
-	if (zrc == ZOK)
-		return req;
-
-	/*
-	 * Argument and state checks fail before libzookeeper registers the
-	 * completion; a marshalling or system error may come after, and then
-	 * the completion still runs.  In that case hand the backend a fresh
-	 * request and leave the original to its completion (or to the close).
-	 */
-	done = req;
-	pthread_mutex_lock(&zks_mutex);
-	if (zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
-	{
-		done = calloc(1, sizeof(ZksRequest));
-		if (done != NULL)
-		{
-			done->kind = req->kind;
-			done->path = strdup(req->path);
-			done->ephemeral = req->ephemeral;
-		}
-		link_abandoned_locked(req);
-		if (done == NULL || done->path == NULL)
-		{
-			pthread_mutex_unlock(&zks_mutex);
-			ereport(ERROR,
-					(errcode(ERRCODE_OUT_OF_MEMORY),
-					 errmsg("out of memory")));
-		}
-		/* a create that may have been sent: its node is found by prefix */
-		if (done->kind == KIND_CREATE || done->kind == KIND_MULTI_CREATE)
-			zrc = ZCONNECTIONLOSS;
-	}
-	done->zrc = zrc;
-	done->state = REQ_DONE;
-	pthread_mutex_unlock(&zks_mutex);
-	return done;
-}
-
-ZksRequest *
-zks_send_create(const char *path, const char *data, int datalen,
-				ZksCreateMode mode)
-{
-	ZksRequest *req = new_request(KIND_CREATE, path);
-	int			zmode;
-
-	/* an ephemeral node nobody claims is deleted, whatever it is for */
-	req->ephemeral = (mode == ZKS_EPHEMERAL_SEQUENTIAL ||
-					  mode == ZKS_EPHEMERAL);
-	zmode = mode == ZKS_EPHEMERAL_SEQUENTIAL ? ZOO_EPHEMERAL_SEQUENTIAL :
-		mode == ZKS_EPHEMERAL ? ZOO_EPHEMERAL :
-		mode == ZKS_PERSISTENT ? ZOO_PERSISTENT : ZOO_CONTAINER;
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_acreate2(zh, path, data, datalen,
-								  zh_auth ? &auth_acl : &ZOO_OPEN_ACL_UNSAFE,
-								  zmode, create_completion, req));
-}
-
-ZksRequest *
-zks_send_children(const char *path, bool watch)
-{
-	ZksRequest *req = new_request(KIND_CHILDREN, path);
-
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_aget_children(zh, path, watch ? 1 : 0,
-									   children_completion, req));
-}
-
-ZksRequest *
-zks_send_exists(const char *path, bool watch)
-{
-	ZksRequest *req = new_request(KIND_EXISTS, path);
-
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_aexists(zh, path, watch ? 1 : 0, exists_completion, req));
-}
-
-ZksRequest *
-zks_send_checks(const char *const *paths, int n, int *taken)
-{
-	ZksRequest *req = new_request(KIND_MULTI, paths[0]);
-	zoo_op_t   *ops;
-	int			zrc;
-
-	*taken = zkt_batch_fit(paths, n);
-	ops = malloc(*taken * sizeof(zoo_op_t));
-	req->results = malloc(*taken * sizeof(zoo_op_result_t));
-	if (ops == NULL || req->results == NULL)
-	{
-		free(ops);
-		free_request(req);
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	}
-	for (int i = 0; i < *taken; i++)
-		zoo_check_op_init(&ops[i], paths[i], -1);
-
-	/* the request is serialized here: ops need not outlive the call */
-	if (zh == NULL)
-		zrc = ZINVALIDSTATE;
-	else
-		zrc = zoo_amulti(zh, *taken, ops, req->results, multi_completion, req);
-	free(ops);
-	return sent(req, zrc);
-}
-
-/*
- * What one create of a multi costs in the request: its path, its data and
- * the ACL, plus about 40 bytes of framing.
- */
-#define CREATE_OP_OVERHEAD 64
-
-ZksRequest *
-zks_send_creates(const char *const *paths, int n, const char *data,
-				 int datalen, int *taken)
-{
-	ZksRequest *req = new_request(KIND_MULTI_CREATE, paths[0]);
-	zoo_op_t   *ops;
-	size_t		longest = 0;
-	size_t		bytes = 0;
-	int			fit = 0;
-	int			zrc;
-
-	while (fit < n && fit < BATCH_MAX_OPS)
-	{
-		size_t		len = strlen(paths[fit]) + datalen + CREATE_OP_OVERHEAD;
-
-		if (fit > 0 && bytes + len > BATCH_MAX_BYTES)
-			break;
-		bytes += len;
-		longest = Max(longest, strlen(paths[fit]));
-		fit++;
-	}
-	*taken = fit;
-
-	/* room for the sequence number ZooKeeper appends (10 digits) */
-	req->name_len = longest + 16;
-	ops = malloc(fit * sizeof(zoo_op_t));
-	req->results = calloc(fit, sizeof(zoo_op_result_t));
-	req->prefixes = calloc(fit, sizeof(char *));
-	req->names = calloc(fit, req->name_len);
-	if (ops != NULL && req->prefixes != NULL)
-	{
-		for (int i = 0; i < fit; i++)
-		{
-			req->prefixes[i] = strdup(paths[i]);
-			if (req->prefixes[i] == NULL)
-				break;
-			req->nops++;
-		}
-	}
-	if (ops == NULL || req->results == NULL || req->names == NULL ||
-		req->nops < fit)
-	{
-		free(ops);
-		free_request(req);
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	}
-	req->ephemeral = true;
-
-	/*
-	 * The request is serialized here, but the library writes each created
-	 * path into its buffer only at the reply: the buffers are the
-	 * request's, freed with it.
-	 */
-	for (int i = 0; i < fit; i++)
-		zoo_create_op_init(&ops[i], paths[i], data, datalen,
-						   zh_auth ? &auth_acl : &ZOO_OPEN_ACL_UNSAFE,
-						   ZOO_EPHEMERAL_SEQUENTIAL,
-						   req->names + (size_t) i * req->name_len,
-						   req->name_len);
-	if (zh == NULL)
-		zrc = ZINVALIDSTATE;
-	else
-		zrc = zoo_amulti(zh, fit, ops, req->results, multi_create_completion,
-						 req);
-	free(ops);
-	return sent(req, zrc);
-}
-
-char *
-zks_take_created_path_at(ZksRequest *req, int i)
-{
-	Assert(req->kind == KIND_MULTI_CREATE && req->state == REQ_DONE &&
-		   req->zrc == ZOK && i < req->nops);
-	return pstrdup(req->names + (size_t) i * req->name_len);
-}
-
-int
-zks_failed_op(ZksRequest *req)
-{
-	Assert(req->state == REQ_DONE);
-	/* the ops after the one that failed report a rollback, not a cause */
-	for (int i = 0; req->results != NULL && i < req->nops; i++)
-		if (req->results[i].err != ZOK &&
-			req->results[i].err != ZRUNTIMEINCONSISTENCY)
-			return i;
-	return 0;
-}
-
-ZksRequest *
-zks_send_watch_data(const char *path)
-{
-	ZksRequest *req = new_request(KIND_GET, path);
-
-	/*
-	 * A data watch, as Curator sets on its predecessor: the server
-	 * registers it only if the node exists (an exists watch is registered
-	 * on a missing node too, and a sequential name never comes back, so it
-	 * would stay for the life of the session and be re-sent at every
-	 * reconnect).  The client registers it only on success as well.
-	 */
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_aget(zh, path, 1, get_completion, req));
-}
-
-ZksRequest *
-zks_send_get(const char *path)
-{
-	ZksRequest *req = new_request(KIND_GET, path);
-
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_aget(zh, path, 0, get_completion, req));
-}
-
-ZksRequest *
-zks_send_sync(const char *path)
-{
-	ZksRequest *req = new_request(KIND_SYNC, path);
-
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_async(zh, path, sync_completion, req));
-}
-
-ZksRc
-zks_wait(ZksRequest *req, TimestampTz deadline)
-{
-	TimestampTz cap;
-
-	/*
-	 * libzookeeper answers every request, with a connection loss at worst,
-	 * but a wait must be bounded even if it did not: past the session
-	 * timeout plus the connect timeout, treat the reply as lost.
-	 */
-	cap = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-									  (int64) zks_negotiated_timeout() +
-									  zklock_connect_timeout);
-	if (deadline == 0 || deadline > cap)
-		deadline = cap;
-	else
-		cap = 0;
-
-	for (;;)
-	{
-		ReqState	st;
-		int			zrc;
-
-		pthread_mutex_lock(&zks_mutex);
-		st = req->state;
-		zrc = req->zrc;
-		pthread_mutex_unlock(&zks_mutex);
-
-		if (st == REQ_DONE)
-			return map_rc(zrc);
-		if (deadline_passed(deadline))
-			return cap != 0 ? ZKS_CONNECTION_LOSS : ZKS_TIMEDOUT;
-		sleep_on_latch(deadline);
-	}
-}
-
-char *
-zks_take_created_path(ZksRequest *req)
-{
-	char	   *path;
-
-	Assert(req->state == REQ_DONE && req->zrc == ZOK);
-	path = pstrdup(req->created);	/* may fail: then not yet ours */
-	req->taken = true;
-	return path;
-}
-
-void
-zks_get_stat(ZksRequest *req, ZksStat *stat)
-{
-	Assert(req->state == REQ_DONE && req->has_stat);
-	stat->czxid = req->stat.czxid;
-	stat->ephemeral_owner = req->stat.ephemeralOwner;
-}
-
-char *
-zks_get_data(ZksRequest *req, int *len)
-{
-	char	   *out;
-
-	Assert(req->state == REQ_DONE && req->zrc == ZOK);
-	out = palloc(req->value_len + 1);
-	if (req->value_len > 0)
-		memcpy(out, req->value, req->value_len);
-	out[req->value_len] = '\0';
-	*len = req->value_len;
-	return out;
-}
-
-char **
-zks_get_children(ZksRequest *req, int *count)
-{
-	char	  **out;
-
-	Assert(req->state == REQ_DONE && req->zrc == ZOK);
-	out = palloc(sizeof(char *) * Max(req->nchildren, 1));
-	for (int i = 0; i < req->nchildren; i++)
-		out[i] = pstrdup(req->children[i]);
-	*count = req->nchildren;
-	return out;
-}
-
-void
-zks_claim(ZksRequest *req)
-{
-	pthread_mutex_lock(&zks_mutex);
-	req->taken = true;
-	pthread_mutex_unlock(&zks_mutex);
-}
-
-void
-zks_done(ZksRequest *req)
-{
-	if (req == NULL)
-		return;
-	pthread_mutex_lock(&zks_mutex);
-	if (req->state == REQ_PENDING)
-		link_abandoned_locked(req);
-	else
-	{
-		if (req->kind == KIND_CREATE || req->kind == KIND_MULTI_CREATE)
-			finish_abandoned_locked(req, req->zrc, req->created);
-		else
-			free_request(req);
-	}
-	pthread_mutex_unlock(&zks_mutex);
-}
-
 
 ZksEventMark
 zks_event_mark(void)
@@ -1430,9 +719,9 @@ zks_wait_event(ZksEventMark seen, TimestampTz deadline)
 		pthread_mutex_unlock(&zks_mutex);
 		if (woken)
 			return true;
-		if (deadline_passed(deadline))
+		if (zks_deadline_passed(deadline))
 			return false;
-		sleep_on_latch(deadline);
+		zks_sleep_on_latch(deadline);
 	}
 }
 

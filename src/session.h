@@ -4,9 +4,10 @@
  *	  The backend's ZooKeeper session: asynchronous requests, interruptible
  *	  waits, and the clean-up of nodes nobody waits for any more.
  *
- * session.c and session_cleanup.c (the session layer) are the only files
- * that include zookeeper.h; everything the rest of the extension needs is
- * expressed here in terms that do not mention libzookeeper.  Requests are
+ * session.c, session_request.c and session_cleanup.c (the session layer)
+ * are the only files that include zookeeper.h; everything the rest of the
+ * extension needs is expressed here in terms that do not mention
+ * libzookeeper.  Requests are
  * sent with zks_send_*() and complete on the library's threads; the
  * backend collects them with zks_wait(), which waits on its latch and
  * honours interrupts.  A request the backend stops caring

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * session_int.h
- *	  What the files of the session layer (session.c, session_cleanup.c)
- *	  share; nothing outside that layer includes it, or zookeeper.h.
+ *	  What the files of the session layer (session.c, session_request.c,
+ *	  session_cleanup.c) share; nothing outside that layer includes it,
+ *	  or zookeeper.h.
  *
  * src/session_int.h
  *
@@ -14,6 +15,8 @@
 #include <pthread.h>
 
 #include <zookeeper.h>
+
+#include "datatype/timestamp.h"
 
 /*
  * Shared with libzookeeper's threads, under zks_mutex: the handle (NULL
@@ -45,6 +48,25 @@ zks_is_connection_loss(int zrc)
  */
 #define BATCH_MAX_OPS	1000
 #define BATCH_MAX_BYTES (256 * 1024)
+
+/* session.c */
+
+/* Wake the backend from a completion or watcher: SetLatch only. */
+extern void zks_wake_backend(void);
+
+/*
+ * Sleep on the latch until woken or until the deadline (0: at most a
+ * second, to re-check); interrupts are processed here.
+ */
+extern void zks_sleep_on_latch(TimestampTz deadline);
+extern bool zks_deadline_passed(TimestampTz deadline);
+
+/* The ACL of every node zklock creates (see zklock.auth_file). */
+extern const struct ACL_vector *zks_create_acl(void);
+
+/* session_request.c, with zks_mutex held after zookeeper_close: free the
+ * requests whose completion never ran. */
+extern void zksr_free_abandoned_locked(void);
 
 /* session_cleanup.c; the _locked ones with zks_mutex held */
 
