@@ -528,6 +528,8 @@ zka_await_turn(ZkaAttempt *a)
 		ZkrDecision d;
 		char	   *pred;
 		ZksEventMark seen;
+		bool		own_watch;
+		bool		tracked;
 
 		rc = zka_await_reply(a, a->lreq);
 		if (rc == ZKS_CONNECTION_LOSS)
@@ -589,26 +591,71 @@ zka_await_turn(ZkaAttempt *a)
 		 * Watch only the contender the recipe names.  If it is already
 		 * gone, list again at once: it may have given up rather than
 		 * released, and whoever precedes it is now in our way.
+		 *
+		 * When it is the only contender in our way, watch our own node
+		 * too (sent first, same round trip): its deletion then reaches us
+		 * before the predecessor's if it happens first (session_watch.c),
+		 * so the predecessor's deletion alone grants the lock, with no
+		 * listing in between: a new node always sorts after ours.  The
+		 * own watch stays armed while we hold, and lets the pre-commit
+		 * check do with a sync alone.  Not when the table is full, nor for
+		 * a try (which never waits).
 		 */
 		a->waited = true;
 		pred = psprintf("%s/%s", a->parent, cs[d.predecessor].name);
 		seen = zks_event_mark();
-		a->ereq = zks_send_watch_data(pred);
+		own_watch = (d.blockers == 1 && zks_watch_room());
+		if (own_watch)
+			a->oreq = zks_watch_node(a->node, &own_watch);
+		a->watched = pred;
+		a->ereq = zks_watch_node(pred, &tracked);
+		if (a->oreq != NULL)
+		{
+			ZksRc		orc = zka_await_reply(a, a->oreq);
+
+			zka_done_req(&a->oreq);
+			zks_watch_reply(a->node, orc);
+			if (orc != ZKS_OK)
+				own_watch = false;	/* the listing below tells why */
+		}
 		rc = zka_await_reply(a, a->ereq);
 		zka_done_req(&a->ereq);
+		zks_watch_reply(pred, rc);
 
 		if (rc == ZKS_OK)
 		{
 			/*
 			 * Wait for the watch; past deadlock_timeout, look for a cycle
-			 * (deadlock.c), which may end this wait with 40P01.
+			 * (deadlock.c), which may end this wait with 40P01.  Events
+			 * of other nodes (our released nodes' watches firing at their
+			 * deletes) do not end the wait.
 			 */
 			if (a->follow_deadlocks)
 				zkd_wait_begin(&a->dl);
-			while (!zks_wait_event(seen, a->follow_deadlocks ?
-								   zkd_wake_at(&a->dl, a->deadline) :
-								   a->deadline))
+			for (;;)
 			{
+				TimestampTz wake = a->follow_deadlocks ?
+					zkd_wake_at(&a->dl, a->deadline) : a->deadline;
+
+				if (!tracked)
+				{
+					/* no record of the predecessor: any event ends it */
+					if (zks_wait_event(seen, wake))
+						break;
+				}
+				else
+				{
+					if (zks_watch_state(pred) != ZKS_WATCH_ARMED ||
+						(own_watch &&
+						 zks_watch_state(a->node) != ZKS_WATCH_ARMED))
+						break;
+					if (zks_wait_event(seen, wake))
+					{
+						/* a new mark before the states are read again */
+						seen = zks_event_mark();
+						continue;
+					}
+				}
 				if (a->deadline != 0 && GetCurrentTimestamp() >= a->deadline)
 					zka_timeout_error(a);
 				if (a->follow_deadlocks)
@@ -617,10 +664,26 @@ zka_await_turn(ZkaAttempt *a)
 			}
 
 			/*
-			 * Always list again, even when the only contender in our way is
-			 * gone: another client may have deleted our own node meanwhile,
-			 * and only the listing shows it (granting without it handed out
-			 * a lock that had no node, so a second holder could take it).
+			 * The predecessor is deleted and our own watch has not fired:
+			 * our node existed when it went, and nothing sorts before it
+			 * now.  The own watch stays armed for the pre-commit check.
+			 */
+			if (own_watch && tracked &&
+				zks_watch_state(pred) == ZKS_WATCH_DELETED &&
+				zks_watch_state(a->node) == ZKS_WATCH_ARMED)
+			{
+				zks_unwatch_node(pred);
+				a->watched = NULL;
+				pfree(pred);
+				return true;
+			}
+
+			/*
+			 * Otherwise list again, even when the only contender in our
+			 * way is gone: another client may have deleted our own node
+			 * meanwhile, and only the listing shows it (granting without
+			 * it handed out a lock that had no node, so a second holder
+			 * could take it).
 			 */
 			if (!zks_is_connected())
 				zka_await_reconnect(a);
@@ -630,9 +693,21 @@ zka_await_turn(ZkaAttempt *a)
 		else if (rc != ZKS_NONODE)
 			zka_failure(a, ZKA_OP_WATCH, rc);
 
+		zks_unwatch_node(a->node);
+		zks_unwatch_node(pred);
+		a->watched = NULL;
 		pfree(pred);
 		a->lreq = zks_send_children(a->parent, false);
 	}
+}
+
+/* A wait that ended by an error leaves its predecessor in the table. */
+static void
+forget_watched(ZkaAttempt *a)
+{
+	if (a->watched != NULL)
+		zks_unwatch_node(a->watched);
+	a->watched = NULL;
 }
 
 void
@@ -641,7 +716,9 @@ zka_abandon(ZkaAttempt *a)
 	zks_done(a->creq);
 	zks_done(a->lreq);
 	zks_done(a->ereq);
-	a->creq = a->lreq = a->ereq = NULL;
+	zks_done(a->oreq);
+	a->creq = a->lreq = a->ereq = a->oreq = NULL;
+	forget_watched(a);
 	zkd_wait_end(&a->dl);
 	done_parents(a);
 	if (a->node)
@@ -757,7 +834,9 @@ zka_finish(ZkaAttempt *a)
 	zks_done(a->creq);
 	zks_done(a->lreq);
 	zks_done(a->ereq);
-	a->creq = a->lreq = a->ereq = NULL;
+	zks_done(a->oreq);
+	a->creq = a->lreq = a->ereq = a->oreq = NULL;
+	forget_watched(a);
 	zkd_wait_end(&a->dl);
 	done_parents(a);
 }

@@ -50,6 +50,8 @@ typedef struct ZkaAttempt
 	ZksRequest *creq;			/* create in flight */
 	ZksRequest *lreq;			/* listing in flight */
 	ZksRequest *ereq;			/* exists (watch) in flight */
+	ZksRequest *oreq;			/* the own node's watch, in flight */
+	char	   *watched;		/* the predecessor we watch (session_watch.c) */
 	List	   *preqs;			/* creates of the parent and ancestors */
 	List	   *ppaths;			/* ... and their paths */
 	char	   *node;			/* our node, once known */

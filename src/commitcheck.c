@@ -7,8 +7,9 @@
  * A transaction that relied on a lock that is gone must not commit, so the
  * lock table asks here before COMMIT and PREPARE TRANSACTION (and for
  * zk_locks).  A few nodes cost one sync and one exists each, sent back to
- * back: one round trip.  Many nodes are checked with multi requests of
- * "check" operations, which the leader answers.
+ * back: one round trip; a node whose own watch is armed needs no exists.
+ * Many nodes are checked with multi requests of "check" operations, which
+ * the leader answers.
  *
  * src/commitcheck.c
  *
@@ -188,9 +189,16 @@ check_round(CheckRound *r, TimestampTz deadline, ZksRc *failure)
 	if (count_unconfirmed(r) == 0)
 		return true;
 
+	/*
+	 * A node whose own watch is armed (the recipe set it while waiting,
+	 * session_watch.c) needs no exists: its deletion, if the leader had
+	 * carried it out when it processed the sync, reaches the watcher
+	 * before the sync's reply.
+	 */
 	r->sync = zks_send_sync(zklock_root);
 	for (int i = 0; i < r->n; i++)
-		if (!r->checks[i].done)
+		if (!r->checks[i].done &&
+			zks_watch_state(r->checks[i].node->path) != ZKS_WATCH_ARMED)
 			r->checks[i].req = zks_send_exists(r->checks[i].node->path, false);
 
 	rc = zks_wait(r->sync, deadline);
@@ -211,6 +219,25 @@ check_round(CheckRound *r, TimestampTz deadline, ZksRc *failure)
 
 		if (c->done)
 			continue;
+		if (c->req == NULL)
+		{
+			/* confirmed by its watch; spent meanwhile: exists next round */
+			switch (zks_watch_state(c->node->path))
+			{
+				case ZKS_WATCH_ARMED:
+					c->node->verdict = ZKC_HELD;
+					c->done = true;
+					break;
+				case ZKS_WATCH_DELETED:
+					c->node->verdict = ZKC_LOST_DELETED;
+					c->done = true;
+					break;
+				default:
+					complete = false;
+					break;
+			}
+			continue;
+		}
 		rc = zks_wait(c->req, deadline);
 		switch (rc)
 		{

@@ -114,6 +114,7 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 	{
 		zk_state = state;
 		state_counter++;
+		zkw_session_event_locked();
 		if (state == ZOO_CONNECTED_STATE)
 		{
 			if (ever_connected)
@@ -127,6 +128,7 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 	}
 	else
 	{
+		zkw_node_event_locked(type, path);
 		watch_counter++;
 	}
 	pthread_mutex_unlock(&zks_mutex);
@@ -241,6 +243,7 @@ close_handle(void)
 	state_counter++;
 	zkt_free_all_tasks_locked();
 	zksr_free_abandoned_locked();
+	zkw_forget_all_locked();
 	pthread_mutex_unlock(&zks_mutex);
 
 	free(zh_hosts);

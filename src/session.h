@@ -90,6 +90,31 @@ extern ZksRequest *zks_send_get(const char *path);
 extern ZksRequest *zks_send_watch_data(const char *path);
 
 /*
+ * Watched nodes (session_watch.c): a data watch like zks_send_watch_data,
+ * whose events are recorded per node, so a waiter tells its own node's
+ * and its predecessor's events from any other and knows which came first.
+ * *tracked is false when the table is full: the watch is set all the
+ * same, and only the generic event counter tells that something fired.
+ * Pass the request's outcome to zks_watch_reply.  A watch is "spent" once
+ * it fired for a change other than a deletion or a session event came
+ * (its events may then come out of order): ask again, as without it.
+ */
+typedef enum ZksWatchState
+{
+	ZKS_WATCH_NONE,				/* not in the table */
+	ZKS_WATCH_ARMED,			/* set, not fired, connection unbroken */
+	ZKS_WATCH_DELETED,			/* the node was deleted */
+	ZKS_WATCH_SPENT				/* fired otherwise, or the connection broke */
+} ZksWatchState;
+
+extern ZksRequest *zks_watch_node(const char *path, bool *tracked);
+extern void zks_watch_reply(const char *path, ZksRc rc);
+extern ZksWatchState zks_watch_state(const char *path);
+extern void zks_unwatch_node(const char *path);
+/* Room for two more entries (an own node and a predecessor)? */
+extern bool zks_watch_room(void);
+
+/*
  * One multi request of "check" operations on the first *taken of the n
  * paths (as many as fit well under ZooKeeper's 1 MB limit).  ZKS_OK means
  * every one of them exists.  A multi is a write, so the leader answers:

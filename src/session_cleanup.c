@@ -412,6 +412,8 @@ zks_batch_end(void)
 void
 zks_delete_async(const char *path)
 {
+	/* its watch fires at the delete: nobody listens for it any more */
+	zks_unwatch_node(path);
 	if (batching && collect_delete(path))
 		return;
 	pthread_mutex_lock(&zks_mutex);

@@ -2,7 +2,7 @@
  *
  * session_int.h
  *	  What the files of the session layer (session.c, session_request.c,
- *	  session_cleanup.c) share; nothing outside that layer includes it,
+ *	  session_cleanup.c, session_watch.c) share; nothing outside that layer includes it,
  *	  or zookeeper.h.
  *
  * src/session_int.h
@@ -90,5 +90,10 @@ extern void zkt_resubmit_tasks_locked(void);
 
 /* How many of the n paths go into one multi request (at least one). */
 extern int	zkt_batch_fit(const char *const *paths, int n);
+
+/* session_watch.c, from the session watcher and close_handle */
+extern void zkw_node_event_locked(int type, const char *path);
+extern void zkw_session_event_locked(void);
+extern void zkw_forget_all_locked(void);
 
 #endif							/* ZKLOCK_SESSION_INT_H */

@@ -185,11 +185,13 @@ def test_deleted_session_lock_fails_read_only_commit(ctx):
 
 def test_waiter_loses_its_own_node(ctx):
     """A waiter's own node goes while it waits.  Deleted by another
-    client: once the contenders ahead of it have released, the waiter
-    must fail with 55000 (object not in prerequisite state; 55P03 would
-    mean a timeout), never be granted a lock that has no node (anyone
-    could take it then), both when one contender is ahead of it (the
-    grant without a new listing) and when two are.  Frozen past the
+    client: the waiter must fail with 55000 (object not in prerequisite
+    state; 55P03 would mean a timeout), never be granted a lock that has
+    no node (anyone could take it then), both when one contender is
+    ahead of it (the grant without a new listing, with a watch on its
+    own node: it fails at once, while the holder still holds) and when
+    two are (no own watch: it fails once the contenders ahead of it have
+    released, at the listing that follows).  Frozen past the
     session timeout: it fails with 08006 (connection failure: the
     session expired).  Either way it leaves no node, and the same
     backend locks again afterwards.  (55000 is pinned to the code the C
@@ -212,7 +214,14 @@ def test_waiter_loses_its_own_node(ctx):
         fut = w.submit(LOCK_X, [res, LONG])
         ctx.wait_state(w)
         mine = ctx.zi.wait_contenders(res, ahead + 1)[-1]
-        if how == 'deleted':
+        if how == 'deleted' and ahead == 1:
+            # its own watch fires: 55000 at once, the holder still holds
+            ctx.kz.delete(mine.path)
+            ctx.zi.wait_contenders(res, ahead)
+            expect_sqlstate(fut, sqlstate, 15,
+                            '%s: waiter, holder still holding' % label)
+            hs[0].query('COMMIT')
+        elif how == 'deleted':
             ctx.kz.delete(mine.path)
             ctx.zi.wait_contenders(res, ahead)
             still_waiting([fut], what='%s: waiter, holder still holding'

@@ -429,3 +429,124 @@ def test_d_commit_check_error_is_reported_as_such(ctx):
         ctx.figure('d: COMMIT failed after', round(took, 2), 's')
         assert b.scalar('SELECT count(*) FROM proxy_rows') == 0
         ctx.zi.wait_contenders(res, 0)
+
+
+# ---------------------------------------------------------------------------
+# e-g: the grant by the own watch (one contender ahead)
+# ---------------------------------------------------------------------------
+
+def wait_behind_one(ctx, sc, res, name, setup=None):
+    """A proxied backend W queued behind one foreign holder F, with both
+    watches set; returns (W, its lock future, F's path, W's node path)."""
+    parent = sc.parent(res)
+    w = sc.backend(name)
+    lock_cycle(ctx, w, res, 'warm-up lock')
+    if setup:
+        w.query(setup)
+    f = sc.holder(parent)
+    w.query('BEGIN')
+    fut = w.submit(LOCK_X, [res, '30 seconds'])
+    mine = ctx.zi.wait_contenders(res, 2)[-1].path
+    # both watches are registered before F goes
+    wait_until(lambda: len([r for r in sc.proxy.requests(ops=(OP_GETDATA,))
+                            if r.watch and r.path in (f, mine)
+                            and r.reply is not None]) >= 2,
+               15, 'the watches on %s and on %s' % (f, mine))
+    return w, fut, f, mine
+
+
+def test_e_one_ahead_is_granted_by_the_watches(ctx):
+    """One contender ahead: the waiter watches its predecessor and its
+    own node; the predecessor's deletion grants the lock with no listing
+    in between, and COMMIT confirms the node with a sync alone (its own
+    watch is armed), then deletes it."""
+    res = 'proxy-own-watch'
+    with Scene(ctx, 'own-watch') as sc:
+        w, fut, f, mine = wait_behind_one(ctx, sc, res, 'proxy-own-watch')
+        mark = len(sc.proxy.requests())
+        ctx.kz.delete(f)
+        sc.holders.remove(f)
+        token_of(fut, 15, 'the waiter, once the holder went')
+        granted = sc.proxy.requests()[mark:]
+        assert not [r for r in granted if r.op in LISTING_OPS], \
+            'listed again before the grant: %s' % describe(granted)
+        mark = len(sc.proxy.requests())
+        w.query('COMMIT')
+        ctx.zi.wait_contenders(res, 0)
+        commit = sc.proxy.requests()[mark:]
+        ops = [r.op for r in commit if r.op != OP_PING]
+        assert OP_SYNC in ops and OP_DELETE in ops, describe(commit)
+        assert not [r for r in commit if r.op in (OP_EXISTS, OP_GETDATA)
+                    and r.path == mine], \
+            'the check asked about the watched node: %s' % describe(commit)
+        ctx.figure('e: requests from the grant to the delete',
+                   describe([r for r in granted + commit if r.op != OP_PING]))
+
+
+def test_f_watched_node_deleted_after_the_grant_fails_commit(ctx):
+    """Granted by the watches, then another client deletes the node: the
+    COMMIT, which asks with a sync alone, fails with 40001 (the own
+    watch's deletion event came before the sync's reply), and nothing
+    commits."""
+    res = 'proxy-own-watch-lost'
+    with Scene(ctx, 'own-watch-lost') as sc:
+        w, fut, f, mine = wait_behind_one(
+            ctx, sc, res, 'proxy-own-watch-lost',
+            setup='CREATE TEMP TABLE proxy_rows (id int)')
+        ctx.kz.delete(f)
+        sc.holders.remove(f)
+        token_of(fut, 15, 'the waiter, once the holder went')
+        w.query('INSERT INTO proxy_rows VALUES (1)')
+        ctx.kz.delete(mine)
+        mark = len(sc.proxy.requests())
+        e = expect_sqlstate(w.submit('COMMIT'), '40001', 20,
+                            'COMMIT of a lock whose node was deleted')
+        assert 'deleted' in (e.diag.message_detail or '') + str(e), str(e)
+        commit = sc.proxy.requests()[mark:]
+        assert [r for r in commit if r.op == OP_SYNC], describe(commit)
+        assert not [r for r in commit if r.op in (OP_EXISTS, OP_GETDATA)
+                    and r.path == mine], describe(commit)
+        assert w.scalar('SELECT count(*) FROM proxy_rows') == 0
+
+
+def test_g_connection_lost_after_the_grant_asks_with_exists(ctx):
+    """Granted by the watches, then the connection drops: the own watch's
+    events may now come out of order (libzookeeper re-registers it on the
+    new connection), so the COMMIT check asks with exists again.  Once
+    with the node intact (COMMIT succeeds), once with the node deleted
+    while the client reconnects (COMMIT fails with 40001)."""
+    for delete in (False, True):
+        res = 'proxy-own-watch-drop-%d' % delete
+        with Scene(ctx, 'own-watch-drop-%d' % delete) as sc:
+            w, fut, f, mine = wait_behind_one(ctx, sc, res,
+                                              'proxy-own-watch-drop')
+            ctx.kz.delete(f)
+            sc.holders.remove(f)
+            token_of(fut, 15, 'the waiter, once the holder went')
+            [conn] = [c for c in sc.proxy.connections() if not c.ended]
+            hit = []
+
+            def hook(req):
+                # the reconnect's first requests: delete the node first
+                if delete and req.cid != conn.cid and not hit:
+                    hit.append(req)
+                    ctx.kz.delete(mine)
+
+            sc.proxy.hook = hook
+            before = w.scalar('SELECT reconnects FROM zk_status()')
+            sc.proxy.drop(conn.cid)
+            wait_until(lambda: w.scalar('SELECT reconnects FROM zk_status()')
+                       > before, 20, 'the backend to reconnect')
+            mark = len(sc.proxy.requests())
+            if delete:
+                expect_sqlstate(w.submit('COMMIT'), '40001', 20,
+                                'COMMIT after the node went during a reconnect')
+                assert hit, 'the reconnect sent nothing'
+            else:
+                w.query('COMMIT')
+                commit = sc.proxy.requests()[mark:]
+                assert [r for r in commit if r.op == OP_EXISTS
+                        and r.path == mine], \
+                    'no exists after the reconnect: %s' % describe(commit)
+            sc.proxy.hook = None
+            ctx.zi.wait_contenders(res, 0)

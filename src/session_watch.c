@@ -1,0 +1,193 @@
+/*-------------------------------------------------------------------------
+ *
+ * session_watch.c
+ *	  Watched nodes: which node watches this session has set, and which of
+ *	  them have fired, and how.
+ *
+ * The recipe watches its predecessor, and, when the listing shows that
+ * predecessor to be the only contender in its way, its own node as well.
+ * Both are data watches on the session's connection.  ZooKeeper delivers
+ * the watch events of one connection in the order of the changes (zxid
+ * order), before any reply to a request sent after them, and libzookeeper
+ * hands them to the session watcher in that order, before later
+ * completions.  So when the predecessor's deletion arrives and our own
+ * node's watch has not fired, our node still existed when the predecessor
+ * went: the lock is ours without listing the queue again.  And at COMMIT a
+ * sync alone confirms such a node: every deletion the leader had carried
+ * out when it processed the sync reaches the watcher before the sync's
+ * reply.
+ *
+ * That ordering argument holds only on one connection.  After a
+ * disconnect libzookeeper re-registers the watches on the new connection,
+ * and the server fires those for nodes already gone in the order of its
+ * list, not of the deletions; so every session event turns the watches
+ * still armed into "spent", which tells the callers to ask again (list,
+ * or exists) as they would have without the watch.  A deletion event is
+ * believed whenever it arrives: a deleted node never comes back (its name
+ * carries a sequence number and a random id).
+ *
+ * The table lives in malloc'd memory under zks_mutex: the session watcher
+ * (on libzookeeper's completion thread) only changes the state of an entry
+ * the backend made; it never allocates or frees.
+ *
+ * src/session_watch.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "session.h"
+#include "session_int.h"
+
+typedef struct WatchedNode
+{
+	char	   *path;			/* malloc'd */
+	ZksWatchState state;
+} WatchedNode;
+
+/*
+ * At most this many nodes at once.  The watcher looks an event's path up
+ * by a linear search on libzookeeper's thread, so the table stays small:
+ * a backend holding thousands of locks simply stops watching its own
+ * nodes (zks_watch_room() says so) and confirms them with exists.
+ */
+#define MAX_WATCHED 256
+
+static WatchedNode watched[MAX_WATCHED];
+static int	n_watched = 0;
+
+static int
+find_locked(const char *path)
+{
+	for (int i = 0; i < n_watched; i++)
+		if (strcmp(watched[i].path, path) == 0)
+			return i;
+	return -1;
+}
+
+static void
+remove_locked(int i)
+{
+	free(watched[i].path);
+	watched[i] = watched[--n_watched];
+}
+
+bool
+zks_watch_room(void)
+{
+	bool		room;
+
+	pthread_mutex_lock(&zks_mutex);
+	room = n_watched < MAX_WATCHED - 1;
+	pthread_mutex_unlock(&zks_mutex);
+	return room;
+}
+
+ZksRequest *
+zks_watch_node(const char *path, bool *tracked)
+{
+	char	   *copy = strdup(path);
+	int			i;
+
+	*tracked = false;
+	pthread_mutex_lock(&zks_mutex);
+	i = find_locked(path);
+	if (i >= 0)
+	{
+		/* watched again after a listing: armed again */
+		watched[i].state = ZKS_WATCH_ARMED;
+		*tracked = true;
+	}
+	else if (copy != NULL && n_watched < MAX_WATCHED)
+	{
+		watched[n_watched].path = copy;
+		watched[n_watched].state = ZKS_WATCH_ARMED;
+		n_watched++;
+		copy = NULL;
+		*tracked = true;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	free(copy);
+
+	/* untracked, the watch is still set: its event wakes the waiter */
+	return zks_send_watch_data(path);
+}
+
+void
+zks_watch_reply(const char *path, ZksRc rc)
+{
+	int			i;
+
+	if (rc == ZKS_OK)
+		return;
+	pthread_mutex_lock(&zks_mutex);
+	i = find_locked(path);
+	/* not registered: gone already, or unknown (connection lost) */
+	if (i >= 0 && watched[i].state == ZKS_WATCH_ARMED)
+		watched[i].state = (rc == ZKS_NONODE) ? ZKS_WATCH_DELETED :
+			ZKS_WATCH_SPENT;
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+ZksWatchState
+zks_watch_state(const char *path)
+{
+	ZksWatchState st = ZKS_WATCH_NONE;
+	int			i;
+
+	pthread_mutex_lock(&zks_mutex);
+	i = find_locked(path);
+	if (i >= 0)
+		st = watched[i].state;
+	pthread_mutex_unlock(&zks_mutex);
+	return st;
+}
+
+void
+zks_unwatch_node(const char *path)
+{
+	int			i;
+
+	pthread_mutex_lock(&zks_mutex);
+	i = find_locked(path);
+	if (i >= 0)
+		remove_locked(i);
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+/* The session watcher, for a node event (zks_mutex held). */
+void
+zkw_node_event_locked(int type, const char *path)
+{
+	int			i;
+
+	if (path == NULL)
+		return;
+	i = find_locked(path);
+	if (i < 0)
+		return;
+	if (type == ZOO_DELETED_EVENT)
+		watched[i].state = ZKS_WATCH_DELETED;
+	else if (watched[i].state == ZKS_WATCH_ARMED)
+		watched[i].state = ZKS_WATCH_SPENT; /* fired: watches no more */
+}
+
+/* The session watcher, for a session event (zks_mutex held). */
+void
+zkw_session_event_locked(void)
+{
+	for (int i = 0; i < n_watched; i++)
+		if (watched[i].state == ZKS_WATCH_ARMED)
+			watched[i].state = ZKS_WATCH_SPENT;
+}
+
+/* The handle is closed (zks_mutex held): every watch went with it. */
+void
+zkw_forget_all_locked(void)
+{
+	while (n_watched > 0)
+		remove_locked(n_watched - 1);
+}
