@@ -15,20 +15,33 @@
  *              ZooKeeper runs a session's requests in order)
  *   read       synchronous zoo_exists of PARENT: one read round trip
  *   write      synchronous zoo_set of PARENT: one write round trip
- *   recipe     zklock's whole recipe without PostgreSQL, in RAWZK_THREADS
+ *   recipe     zklock's protocol without PostgreSQL, in RAWZK_THREADS
  *              threads (default 1), each its own session, all on PARENT:
- *              create and listing back to back; if a lower contender
- *              exists, watch the immediate predecessor (zoo_awexists) and,
- *              when it goes, list again unless it was the lowest at the
- *              last listing; once holding, confirm the own node with
- *              zoo_aexists unless RAWZK_CHECK=0 (zklock.verify_at_commit);
- *              then delete without waiting and start over.  A cycle is a
- *              grant, so with several threads cycles are handoffs.  This is
- *              what zklock's protocol costs with nothing else in the way;
- *              for a handoff no zklock can be faster (its critical path
- *              runs through PostgreSQL), while a single client's cycle can
- *              match it (PostgreSQL's statements overlap the delete's fsync
- *              that this loop's next create waits for).
+ *              create(EPHEMERAL_SEQUENTIAL) and getChildren(PARENT) sent
+ *              back to back; decide: the greatest lower node is the
+ *              predecessor, none means held; else exists(predecessor,
+ *              watch): NONODE lists again at once, otherwise wait for the
+ *              watch and ALWAYS list again (a predecessor may have given
+ *              up), then decide again.  Held: the commit check, unless
+ *              RAWZK_CHECK=0 (zklock.verify_at_commit): sync(PARENT) and
+ *              exists(own) back to back (one round trip; the sync makes the
+ *              answer reflect the leader's state); then the delete is sent
+ *              without waiting and the loop starts over.
+ *              RAWZK_OWNWATCH=1 (default 0): the own-watch protocol: when a
+ *              listing shows exactly one lower node, exists(own, watch) and
+ *              exists(predecessor, watch) back to back; the predecessor's
+ *              NodeDeleted with no NodeDeleted of the own node before it is
+ *              the grant, without a new listing (any other event: list
+ *              again); at commit, with the own watch still armed, sync
+ *              alone (the server delivers the own node's NodeDeleted before
+ *              the sync's reply), else sync + exists as above.  The own
+ *              watch fires once more at the delete: ignored.
+ *              A cycle is a grant, so with several threads cycles are
+ *              handoffs; it exits with an error if two threads ever hold
+ *              at once.  This is what zklock's protocol costs with nothing
+ *              else in the way: for a handoff no zklock can be faster (its
+ *              critical path runs through PostgreSQL).  Prints also the
+ *              listings sent and the grants taken without one (shortcuts).
  *
  *   set        (rawzk set HOSTS PARENT N ROUNDS) zklock's array call without
  *              PostgreSQL: N locks under PARENT/lNNNNN, their
@@ -164,17 +177,27 @@ typedef struct Contender
 	int			failures;
 	char		created[512];	/* own node's full path */
 	char		watched[512];	/* predecessor's full path, while watched */
-	int			gone;			/* the watched predecessor went */
-	int			exists_rc;
+	int			pred_event;		/* an event on the watched predecessor came */
+	int			pred_deleted;	/* ... and it was NodeDeleted */
+	int			own_armed;		/* own-node watch set and not yet fired */
+	int			own_event;		/* the own-node watch fired */
+	int			own_deleted;	/* ... with NodeDeleted */
+	int			own_deleted_first;	/* own NodeDeleted before the pred's */
+	int			exists_rc;		/* exists(predecessor) */
+	int			own_exists_rc;	/* exists(own node) */
+	int			sync_rc;
 	char	  **kids;			/* last listing (malloc'd copies) */
 	int			nkids;
 	int			outstanding_deletes;
 } Contender;
 
 static atomic_long grants;
+static atomic_long listings;	/* getChildren sent, the first one included */
+static atomic_long shortcuts;	/* grants on the own-watch rule, no listing */
 static atomic_int holders;		/* more than one at a time is a bug */
 static atomic_int stopping;
 static int	check_at_commit = 1;
+static int	own_watch = 0;		/* RAWZK_OWNWATCH */
 
 static void
 c_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
@@ -246,13 +269,60 @@ c_exists_done(int rc, const struct Stat *st, const void *data)
 }
 
 static void
-c_pred_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+c_own_exists_done(int rc, const struct Stat *st, const void *data)
+{
+	Contender  *c = (Contender *) data;
+
+	pthread_mutex_lock(&c->mu);
+	c->own_exists_rc = rc;
+	c->pending--;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void
+c_sync_done(int rc, const char *value, const void *data)
+{
+	Contender  *c = (Contender *) data;
+
+	pthread_mutex_lock(&c->mu);
+	c->sync_rc = rc;
+	c->pending--;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * The one node watcher (predecessor and own node).  An event for a node
+ * that is neither the predecessor watched now nor the own node of this
+ * cycle (a watch left from an earlier wait, or the own watch firing at
+ * the delete) is ignored.
+ */
+static void
+c_node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
 	Contender  *c = (Contender *) ctx;
 
+	if (type == ZOO_SESSION_EVENT || path == NULL)
+		return;
 	pthread_mutex_lock(&c->mu);
-	if (type == ZOO_DELETED_EVENT && strcmp(path, c->watched) == 0)
-		c->gone = 1;
+	if (c->created[0] != '\0' && strcmp(path, c->created) == 0)
+	{
+		c->own_armed = 0;
+		c->own_event = 1;
+		if (type == ZOO_DELETED_EVENT)
+		{
+			c->own_deleted = 1;
+			if (!c->pred_deleted)
+				c->own_deleted_first = 1;
+		}
+	}
+	else if (c->watched[0] != '\0' && strcmp(path, c->watched) == 0)
+	{
+		c->pred_event = 1;
+		if (type == ZOO_DELETED_EVENT)
+			c->pred_deleted = 1;
+	}
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -299,9 +369,15 @@ c_no_pending(Contender *c)
 }
 
 static int
-c_pred_gone(Contender *c)
+c_pred_fired(Contender *c)
 {
-	return c->gone;
+	return c->pred_event;
+}
+
+static int
+c_any_fired(Contender *c)
+{
+	return c->pred_event || c->own_event;
 }
 
 static int
@@ -326,19 +402,19 @@ c_fail(Contender *c, const char *what)
 }
 
 /*
- * Choose from the last listing: the immediate predecessor (its full path
- * into c->watched) and whether it was the lowest contender then.  Returns
- * 0 when nothing is lower (the lock is held).
+ * Decide from the last listing: the greatest lower node is the
+ * predecessor (its full path into c->watched; *lower = how many nodes are
+ * lower).  Returns 0 when nothing is lower (the lock is held).
  */
 static int
-c_predecessor(Contender *c, int *pred_was_lowest)
+c_predecessor(Contender *c, int *lower)
 {
 	unsigned	own = c_seq(c->created),
 				best = 0;
-	int			found = 0,
-				lower = 0;
+	int			found = 0;
 	const char *pred = NULL;
 
+	*lower = 0;
 	for (int i = 0; i < c->nkids; i++)
 	{
 		unsigned	s;
@@ -348,7 +424,7 @@ c_predecessor(Contender *c, int *pred_was_lowest)
 		s = c_seq(c->kids[i]);
 		if ((int) (s - own) >= 0)
 			continue;
-		lower++;
+		(*lower)++;
 		if (!found || (int) (s - best) > 0)
 		{
 			best = s;
@@ -359,7 +435,26 @@ c_predecessor(Contender *c, int *pred_was_lowest)
 	if (!found)
 		return 0;
 	snprintf(c->watched, sizeof(c->watched), "%s/%s", c->parent, pred);
-	*pred_was_lowest = (lower == 1);
+	return 1;
+}
+
+/* send getChildren(parent) and wait for it (mutex held); false if stopping */
+static int
+c_list(Contender *c)
+{
+	int			rc;
+
+	c->pending = 1;
+	pthread_mutex_unlock(&c->mu);
+	atomic_fetch_add(&listings, 1);
+	rc = zoo_aget_children(c->zh, c->parent, 0, c_children_done, c);
+	if (rc != ZOK)
+		c_fail(c, zerror(rc));
+	pthread_mutex_lock(&c->mu);
+	if (!c_wait(c, c_no_pending))
+		return 0;
+	if (c->failures)
+		c_fail(c, "listing failed");
 	return 1;
 }
 
@@ -383,12 +478,15 @@ c_main(void *arg)
 	pthread_mutex_lock(&c->mu);
 	while (!atomic_load(&stopping))
 	{
-		int			pred_was_lowest = 0;
+		int			lower = 0;
 
 		/* enter: create and listing back to back */
 		c->pending = 2;
 		c->created[0] = '\0';
+		c->own_armed = c->own_event = c->own_deleted = 0;
+		c->own_deleted_first = 0;
 		pthread_mutex_unlock(&c->mu);
+		atomic_fetch_add(&listings, 1);
 		rc = zoo_acreate(c->zh, prefix, data, strlen(data), &ZOO_OPEN_ACL_UNSAFE,
 						 ZOO_EPHEMERAL_SEQUENTIAL, c_create_done, c);
 		if (rc == ZOK)
@@ -401,57 +499,98 @@ c_main(void *arg)
 		if (c->failures)
 			c_fail(c, "create or listing failed");
 
-		/* wait for the turn */
-		while (c_predecessor(c, &pred_was_lowest))
+		/* wait for the turn: decide, watch, list again */
+		while (c_predecessor(c, &lower))
 		{
-			c->gone = 0;
-			c->pending = 1;
+			int			arm_own = own_watch && lower == 1 && !c->own_armed;
+
+			c->pred_event = c->pred_deleted = 0;
+			c->own_event = c->own_deleted = c->own_deleted_first = 0;
+			c->pending = arm_own ? 2 : 1;
 			pthread_mutex_unlock(&c->mu);
-			rc = zoo_awexists(c->zh, c->watched, c_pred_watcher, c,
-							  c_exists_done, c);
+			rc = ZOK;
+			if (arm_own)
+				rc = zoo_awexists(c->zh, c->created, c_node_watcher, c,
+								  c_own_exists_done, c);
+			if (rc == ZOK)
+				rc = zoo_awexists(c->zh, c->watched, c_node_watcher, c,
+								  c_exists_done, c);
 			if (rc != ZOK)
 				c_fail(c, zerror(rc));
 			pthread_mutex_lock(&c->mu);
 			if (!c_wait(c, c_no_pending))
 				goto out;
-			if (c->exists_rc == ZOK)
+			if (arm_own)
 			{
-				if (!c_wait(c, c_pred_gone))
-					goto out;
-				/* nothing lower can appear after the lowest: no listing */
-				if (pred_was_lowest)
-					break;
+				if (c->own_exists_rc != ZOK)
+					c_fail(c, "own node gone while waiting");
+				if (!c->own_event)
+					c->own_armed = 1;
 			}
-			else if (c->exists_rc != ZNONODE)
+			if (c->exists_rc == ZNONODE)
+			{
+				/* the predecessor is gone already: list again at once */
+				c->watched[0] = '\0';
+				if (!c_list(c))
+					goto out;
+				continue;
+			}
+			if (c->exists_rc != ZOK)
 				c_fail(c, zerror(c->exists_rc));
-			c->pending = 1;
-			pthread_mutex_unlock(&c->mu);
-			rc = zoo_aget_children(c->zh, c->parent, 0, c_children_done, c);
-			if (rc != ZOK)
-				c_fail(c, zerror(rc));
-			pthread_mutex_lock(&c->mu);
-			if (!c_wait(c, c_no_pending))
+			if (c->own_armed || (arm_own && c->own_event))
+			{
+				/*
+				 * Own watch armed and one contender ahead: the
+				 * predecessor's NodeDeleted, with no NodeDeleted for the
+				 * own node before it, is the grant; any other event
+				 * means list again.
+				 */
+				if (!c_wait(c, c_any_fired))
+					goto out;
+				if (c->pred_deleted && !c->own_deleted_first && !c->own_deleted)
+				{
+					atomic_fetch_add(&shortcuts, 1);
+					break;
+				}
+				if (c->own_deleted)
+					c_fail(c, "own node deleted while waiting");
+			}
+			else if (!c_wait(c, c_pred_fired))
 				goto out;
-			if (c->failures)
-				c_fail(c, "listing failed");
+			/* always list again: a predecessor may have given up */
+			c->watched[0] = '\0';
+			if (!c_list(c))
+				goto out;
 		}
 		c->watched[0] = '\0';
 		if (atomic_fetch_add(&holders, 1) != 0)
 			c_fail(c, "two holders at once");
 		holding = 1;
 
-		/* held: the commit-time confirmation, then release without waiting */
+		/*
+		 * Held: the commit check.  sync(parent) makes the server this
+		 * session reads from catch up with the leader.  With the own
+		 * watch armed, the sync alone: the server delivers a NodeDeleted
+		 * of the own node before the sync's reply.  Without it, sync and
+		 * exists(own) back to back, one round trip.
+		 */
 		if (check_at_commit)
 		{
-			c->pending = 1;
+			int			with_exists = !c->own_armed;
+
+			c->pending = with_exists ? 2 : 1;
 			pthread_mutex_unlock(&c->mu);
-			rc = zoo_aexists(c->zh, c->created, 0, c_exists_done, c);
+			rc = zoo_async(c->zh, c->parent, c_sync_done, c);
+			if (rc == ZOK && with_exists)
+				rc = zoo_aexists(c->zh, c->created, 0, c_own_exists_done, c);
 			if (rc != ZOK)
 				c_fail(c, zerror(rc));
 			pthread_mutex_lock(&c->mu);
 			if (!c_wait(c, c_no_pending))
 				goto out;
-			if (c->exists_rc != ZOK)
+			if (c->sync_rc != ZOK)
+				c_fail(c, zerror(c->sync_rc));
+			if (with_exists ? c->own_exists_rc != ZOK : c->own_deleted)
 				c_fail(c, "own node gone at the check");
 		}
 		atomic_fetch_add(&grants, 1);
@@ -461,11 +600,13 @@ c_main(void *arg)
 			pthread_cond_wait(&c->cv, &c->mu);
 		c->outstanding_deletes++;
 		pthread_mutex_unlock(&c->mu);
+		/* the own watch, if armed, fires at this delete: ignored */
 		rc = zoo_adelete(c->zh, c->created, -1, c_delete_done, c);
 		if (rc != ZOK)
 			c_fail(c, zerror(rc));
 		pthread_mutex_lock(&c->mu);
 		c->created[0] = '\0';
+		c->own_armed = 0;
 	}
 out:
 	/* stopped while waiting: give the own node up, as a cancelled waiter */
@@ -473,9 +614,13 @@ out:
 		atomic_fetch_sub(&holders, 1);
 	if (c->created[0] != '\0')
 	{
+		char		own[512];
+
+		snprintf(own, sizeof(own), "%s", c->created);
+		c->created[0] = '\0';
 		c->outstanding_deletes++;
 		pthread_mutex_unlock(&c->mu);
-		(void) zoo_adelete(c->zh, c->created, -1, c_delete_done, c);
+		(void) zoo_adelete(c->zh, own, -1, c_delete_done, c);
 		pthread_mutex_lock(&c->mu);
 	}
 	while (c->outstanding_deletes > 0 || c->pending > 0)
@@ -497,6 +642,8 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 
 	if (getenv("RAWZK_CHECK"))
 		check_at_commit = atoi(getenv("RAWZK_CHECK"));
+	if (getenv("RAWZK_OWNWATCH"))
+		own_watch = atoi(getenv("RAWZK_OWNWATCH"));
 	if (n < 1 || n > 256)
 	{
 		fprintf(stderr, "rawzk: RAWZK_THREADS must be 1..256\n");
@@ -573,8 +720,11 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 	}
 	if (failures)
 		die("recipe", ZSYSTEMERROR);
-	printf("mode=recipe threads=%d check=%d cycles=%ld total=%ld seconds=%.3f us_per_cycle=%.1f\n",
-		   n, check_at_commit, g1 - g0, atomic_load(&grants), t_end - t_start,
+	printf("mode=recipe threads=%d check=%d ownwatch=%d listings=%ld shortcuts=%ld "
+		   "cycles=%ld total=%ld seconds=%.3f us_per_cycle=%.1f\n",
+		   n, check_at_commit, own_watch, atomic_load(&listings),
+		   atomic_load(&shortcuts), g1 - g0, atomic_load(&grants),
+		   t_end - t_start,
 		   g1 > g0 ? 1e6 * (t_end - t_start) / (g1 - g0) : 0.0);
 	return 0;
 }
