@@ -1,19 +1,37 @@
 /*
- * Apache Curator's InterProcessMutex, measured for `make bench`.
+ * Apache Curator's InterProcessMutex and InterProcessSemaphoreV2, measured
+ * for `make bench`.
  *
  *   java -cp <build>:/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar \
- *        CuratorBench HOSTS PATH CLIENTS WARMUP_S SECONDS
+ *        CuratorBench HOSTS PATH CLIENTS WARMUP_S SECONDS [MODE [LEASES]]
  *
  * CLIENTS threads, each with its own CuratorFramework (its own ZooKeeper
- * session) and its own InterProcessMutex on PATH, loop acquire()+release().
- * After WARMUP_S seconds (JIT, sessions, caches) the releases are counted
- * for SECONDS.  With one client this is the uncontended cycle; with more,
- * every release hands the lock to the next waiter.  Prints one line:
+ * session) and its own recipe object on PATH.  After WARMUP_S seconds
+ * (JIT, sessions, caches) the cycles are counted for SECONDS.  MODE:
+ *
+ *   mutex      (default) InterProcessMutex, acquire()+release() loop.  With
+ *              one client this is the uncontended cycle; with more, every
+ *              release hands the lock to the next waiter.
+ *   latency    the same loop, and every thread records System.nanoTime()
+ *              after acquire() returns, at the release() call and after
+ *              release() returns.  The grants in the window, ordered by
+ *              acquire time (the mutex serialises them), give the handoff
+ *              latency of each consecutive pair: from holder i's release()
+ *              call (the delete is sent then) to holder i+1's acquire()
+ *              return, and from holder i's release() return.  Prints their
+ *              median and p99 (nearest rank) in microseconds.
+ *   semaphore  InterProcessSemaphoreV2 with LEASES (default 3) leases,
+ *              acquire()+returnLease() loop; a cycle is an acquisition.
+ *
+ * Prints one line:
  *   clients=16 cycles=12345 total=15000 seconds=5.000 per_second=2469.0 us_per_cycle=405.0
- * (cycles: in the measured window; total: warm-up included), after
- * "window-start" and "window-end" lines that mark the window.
+ * (cycles: in the measured window; total: warm-up included; the latency
+ * mode adds handoffs= lat_call_p50_us= lat_call_p99_us= lat_ret_p50_us=
+ * lat_ret_p99_us=), after "window-start" and "window-end" lines that mark
+ * the window.
  */
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -23,12 +41,25 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
 public class CuratorBench {
+    static final int MAX_RECORDS = 1 << 17;     // per thread, latency mode
+
+    /* nearest-rank percentile of a sorted array */
+    static long pct(long[] sorted, double p) {
+        if (sorted.length == 0)
+            return 0;
+        int k = (int) Math.ceil(p * sorted.length) - 1;
+        return sorted[Math.max(0, Math.min(sorted.length - 1, k))];
+    }
+
     public static void main(String[] args) throws Exception {
-        if (args.length != 5) {
-            System.err.println("usage: CuratorBench HOSTS PATH CLIENTS WARMUP_S SECONDS");
+        if (args.length < 5 || args.length > 7) {
+            System.err.println("usage: CuratorBench HOSTS PATH CLIENTS WARMUP_S SECONDS "
+                               + "[mutex|latency|semaphore [LEASES]]");
             System.exit(2);
         }
         final String hosts = args[0];
@@ -36,6 +67,13 @@ public class CuratorBench {
         final int n = Integer.parseInt(args[2]);
         final double warmup = Double.parseDouble(args[3]);
         final double seconds = Double.parseDouble(args[4]);
+        final String mode = args.length > 5 ? args[5] : "mutex";
+        final int leases = args.length > 6 ? Integer.parseInt(args[6]) : 3;
+        final boolean latency = mode.equals("latency");
+        if (!mode.equals("mutex") && !latency && !mode.equals("semaphore")) {
+            System.err.println("CuratorBench: unknown mode " + mode);
+            System.exit(2);
+        }
 
         final AtomicLong releases = new AtomicLong();
         final AtomicBoolean stop = new AtomicBoolean();
@@ -54,18 +92,47 @@ public class CuratorBench {
             clients.add(c);
         }
 
+        // latency mode: per thread, [acquired, release call, release return]
+        final long[][] rec = new long[latency ? n : 0][];
+        final int[] nrec = new int[n];
         final CountDownLatch ready = new CountDownLatch(n);
         final CountDownLatch go = new CountDownLatch(1);
         List<Thread> threads = new ArrayList<>();
         for (int i = 0; i < n; i++) {
-            final InterProcessMutex mutex = new InterProcessMutex(clients.get(i), path);
+            final int id = i;
+            final CuratorFramework client = clients.get(i);
+            if (latency)
+                rec[i] = new long[3 * MAX_RECORDS];
             Thread t = new Thread(() -> {
                 ready.countDown();
                 try {
                     go.await();
+                    if (mode.equals("semaphore")) {
+                        InterProcessSemaphoreV2 sem = new InterProcessSemaphoreV2(client, path, leases);
+                        while (!stop.get()) {
+                            Lease lease = sem.acquire();
+                            sem.returnLease(lease);
+                            releases.incrementAndGet();
+                        }
+                        return;
+                    }
+                    InterProcessMutex mutex = new InterProcessMutex(client, path);
                     while (!stop.get()) {
                         mutex.acquire();
-                        mutex.release();
+                        if (latency) {
+                            long a = System.nanoTime();
+                            long c = System.nanoTime();
+                            mutex.release();
+                            long r = System.nanoTime();
+                            int k = nrec[id];
+                            if (k < MAX_RECORDS) {
+                                rec[id][3 * k] = a;
+                                rec[id][3 * k + 1] = c;
+                                rec[id][3 * k + 2] = r;
+                                nrec[id] = k + 1;
+                            }
+                        } else
+                            mutex.release();
                         releases.incrementAndGet();
                     }
                 } catch (Exception e) {
@@ -101,8 +168,34 @@ public class CuratorBench {
         }
         double secs = (t1 - t0) / 1e9;
         long cycles = c1 - c0;
-        System.out.printf("clients=%d cycles=%d total=%d seconds=%.3f per_second=%.1f us_per_cycle=%.1f%n",
+        String extra = "";
+        if (latency) {
+            // the grants acquired inside the window, in acquire order
+            List<long[]> g = new ArrayList<>();
+            for (int i = 0; i < n; i++)
+                for (int k = 0; k < nrec[i]; k++)
+                    if (rec[i][3 * k] >= t0 && rec[i][3 * k] <= t1)
+                        g.add(new long[] {rec[i][3 * k], rec[i][3 * k + 1], rec[i][3 * k + 2]});
+            g.sort((x, y) -> Long.compare(x[0], y[0]));
+            int m = Math.max(0, g.size() - 1);
+            long[] fromCall = new long[m], fromRet = new long[m];
+            int bad = 0;
+            for (int k = 0; k < m; k++) {
+                fromCall[k] = g.get(k + 1)[0] - g.get(k)[1];
+                fromRet[k] = g.get(k + 1)[0] - g.get(k)[2];
+                if (g.get(k + 1)[0] < g.get(k)[1])
+                    bad++;          // granted before the previous release: overlap
+            }
+            Arrays.sort(fromCall);
+            Arrays.sort(fromRet);
+            extra = String.format(" handoffs=%d overlaps=%d lat_call_p50_us=%.1f lat_call_p99_us=%.1f"
+                                  + " lat_ret_p50_us=%.1f lat_ret_p99_us=%.1f",
+                                  m, bad, pct(fromCall, 0.5) / 1e3, pct(fromCall, 0.99) / 1e3,
+                                  pct(fromRet, 0.5) / 1e3, pct(fromRet, 0.99) / 1e3);
+        }
+        System.out.printf("clients=%d cycles=%d total=%d seconds=%.3f per_second=%.1f us_per_cycle=%.1f%s%n",
                           n, cycles, releases.get(), secs, cycles / secs,
-                          cycles > 0 ? 1e6 * secs / cycles : 0.0);
+                          cycles > 0 ? 1e6 * secs / cycles : 0.0, extra);
+        System.exit(0);
     }
 }

@@ -1,61 +1,110 @@
 #!/usr/bin/python3
 """
-kazoo's Lock recipe, measured for `make bench`.
+kazoo's Lock and Semaphore recipes, measured for `make bench`.
 
-    /usr/bin/python3 bench/kazoo_bench.py HOSTS PATH CLIENTS WARMUP_S SECONDS
+    /usr/bin/python3 bench/kazoo_bench.py HOSTS PATH CLIENTS WARMUP_S SECONDS [MODE [LEASES]]
 
 CLIENTS processes (not threads: no shared GIL), each with its own
-KazooClient (its own ZooKeeper session) and its own kazoo.recipe.lock.Lock
-on PATH, loop acquire()+release().  After WARMUP_S seconds the releases
-are counted for SECONDS.  With one client this is the uncontended cycle;
-with more, every release hands the lock to the next waiter.  Prints:
+KazooClient (its own ZooKeeper session) and its own recipe object on PATH.
+After WARMUP_S seconds the cycles are counted for SECONDS.  MODE:
+
+  lock       (default) kazoo.recipe.lock.Lock, acquire()+release() loop.
+             With one client this is the uncontended cycle; with more,
+             every release hands the lock to the next waiter.
+  latency    the same loop; every process records time.monotonic() (one
+             clock for every process of the machine) after acquire()
+             returns, at the release() call and after release() returns.
+             The grants in the window, ordered by acquire time, give the
+             handoff latency of each consecutive pair, from holder i's
+             release() call and from its return to holder i+1's acquire()
+             return: median and p99 (nearest rank), microseconds.
+  semaphore  kazoo.recipe.lock.Semaphore with max_leases=LEASES (default
+             3), acquire()+release() loop; a cycle is an acquisition.
+
+Prints:
     clients=16 cycles=12345 total=15000 seconds=5.000 per_second=2469.0 us_per_cycle=405.0
-(cycles: in the measured window; total: warm-up included), after
-"window-start" and "window-end" lines that mark the window.
+(cycles: in the measured window; total: warm-up included; latency mode
+adds handoffs= lat_call_p50_us= lat_call_p99_us= lat_ret_p50_us=
+lat_ret_p99_us=), after "window-start" and "window-end" lines that mark
+the window.
 """
+import math
 import multiprocessing as mp
 import os
 import sys
 import time
 
+MAX_RECORDS = 100000            # per process, latency mode
 
-def worker(hosts, path, counter, ready, go, stop, failed):
+
+def pct(sorted_xs, p):
+    """Nearest-rank percentile of a sorted list."""
+    if not sorted_xs:
+        return 0.0
+    k = max(0, min(len(sorted_xs) - 1, int(math.ceil(p * len(sorted_xs))) - 1))
+    return sorted_xs[k]
+
+
+def worker(hosts, path, mode, leases, counter, ready, go, stop, failed, records):
     try:
         from kazoo.client import KazooClient
-        from kazoo.recipe.lock import Lock
+        from kazoo.recipe.lock import Lock, Semaphore
         kz = KazooClient(hosts=hosts, timeout=10)
         kz.start(timeout=15)
-        lock = Lock(kz, path, 'kazoo-bench')
+        if mode == 'semaphore':
+            lock = Semaphore(kz, path, 'kazoo-bench', max_leases=leases)
+        else:
+            lock = Lock(kz, path, 'kazoo-bench')
+        rec = []
         ready.release()
         go.wait()
+        mono = time.monotonic
         while not stop.is_set():
             lock.acquire()
-            lock.release()
+            if mode == 'latency':
+                a = mono()
+                c = mono()
+                lock.release()
+                r = mono()
+                if len(rec) < MAX_RECORDS:
+                    rec.append((a, c, r))
+            else:
+                lock.release()
             with counter.get_lock():
                 counter.value += 1
         kz.stop()
         kz.close()
+        if mode == 'latency':
+            records.put(rec)
     except BaseException as e:          # report, and let the parent fail
         failed.value += 1
         print('kazoo_bench worker: %r' % e, file=sys.stderr)
         ready.release()
+        if mode == 'latency':
+            records.put([])
 
 
 def main():
-    if len(sys.argv) != 6:
+    if len(sys.argv) not in (6, 7, 8):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     hosts, path = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3])
     warmup, seconds = float(sys.argv[4]), float(sys.argv[5])
+    mode = sys.argv[6] if len(sys.argv) > 6 else 'lock'
+    leases = int(sys.argv[7]) if len(sys.argv) > 7 else 3
+    if mode not in ('lock', 'latency', 'semaphore'):
+        raise SystemExit('kazoo_bench: unknown mode %s' % mode)
 
     ctx = mp.get_context('fork')
     counter = ctx.Value('q', 0)
     failed = ctx.Value('i', 0)
     ready = ctx.Semaphore(0)
+    records = ctx.Queue()
     go, stop = ctx.Event(), ctx.Event()
     procs = [ctx.Process(target=worker,
-                         args=(hosts, path, counter, ready, go, stop, failed),
+                         args=(hosts, path, mode, leases, counter, ready, go, stop,
+                               failed, records),
                          daemon=True)
              for _ in range(n)]
     for p in procs:
@@ -73,6 +122,11 @@ def main():
     if os.environ.get('BENCH_SAMPLER'):     # hold still until sampled
         sys.stdin.readline()
     stop.set()
+    grants = []
+    if mode == 'latency':
+        # read before joining: a process with a full pipe would not exit
+        for _ in range(n):
+            grants += [g for g in records.get(timeout=60) if t0 <= g[0] <= t1]
     for p in procs:
         p.join(30)
         if p.is_alive():
@@ -80,9 +134,20 @@ def main():
     if failed.value:
         raise SystemExit('kazoo_bench: %d client(s) failed' % failed.value)
     secs, cycles = t1 - t0, c1 - c0
-    print('clients=%d cycles=%d total=%d seconds=%.3f per_second=%.1f us_per_cycle=%.1f'
+    extra = ''
+    if mode == 'latency':
+        grants.sort()
+        pairs = list(zip(grants, grants[1:]))
+        from_call = sorted(1e6 * (b[0] - a[1]) for a, b in pairs)
+        from_ret = sorted(1e6 * (b[0] - a[2]) for a, b in pairs)
+        overlaps = sum(1 for a, b in pairs if b[0] < a[1])
+        extra = (' handoffs=%d overlaps=%d lat_call_p50_us=%.1f lat_call_p99_us=%.1f '
+                 'lat_ret_p50_us=%.1f lat_ret_p99_us=%.1f'
+                 % (len(pairs), overlaps, pct(from_call, 0.5), pct(from_call, 0.99),
+                    pct(from_ret, 0.5), pct(from_ret, 0.99)))
+    print('clients=%d cycles=%d total=%d seconds=%.3f per_second=%.1f us_per_cycle=%.1f%s'
           % (n, cycles, counter.value, secs, cycles / secs,
-             1e6 * secs / cycles if cycles else 0.0))
+             1e6 * secs / cycles if cycles else 0.0, extra))
 
 
 if __name__ == '__main__':
