@@ -529,6 +529,7 @@ zka_await_turn(ZkaAttempt *a)
 		char	   *pred;
 		ZksEventMark seen;
 		bool		own_watch;
+		bool		own_gone = false;
 		bool		tracked;
 
 		rc = zka_await_reply(a, a->lreq);
@@ -617,10 +618,13 @@ zka_await_turn(ZkaAttempt *a)
 			zks_watch_reply(a->node, orc);
 			if (orc != ZKS_OK)
 				own_watch = false;	/* the listing below tells why */
+			own_gone = (orc == ZKS_NONODE);
 		}
 		rc = zka_await_reply(a, a->ereq);
 		zka_done_req(&a->ereq);
 		zks_watch_reply(pred, rc);
+		if (rc == ZKS_OK && own_gone)
+			rc = ZKS_NONODE;	/* no wait: the listing fails at once */
 
 		if (rc == ZKS_OK)
 		{

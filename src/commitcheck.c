@@ -197,9 +197,16 @@ check_round(CheckRound *r, TimestampTz deadline, ZksRc *failure)
 	 */
 	r->sync = zks_send_sync(zklock_root);
 	for (int i = 0; i < r->n; i++)
-		if (!r->checks[i].done &&
-			zks_watch_state(r->checks[i].node->path) != ZKS_WATCH_ARMED)
+	{
+		ZksWatchState st;
+
+		if (r->checks[i].done)
+			continue;
+		st = zks_watch_state(r->checks[i].node->path);
+		/* deleted: its watch said so already */
+		if (st != ZKS_WATCH_ARMED && st != ZKS_WATCH_DELETED)
 			r->checks[i].req = zks_send_exists(r->checks[i].node->path, false);
+	}
 
 	rc = zks_wait(r->sync, deadline);
 	if (rc == ZKS_CONNECTION_LOSS)

@@ -48,7 +48,7 @@ import psycopg2
 
 import harness
 from harness import wait_until
-from test_multisession import expect_sqlstate, token_of
+from test_multisession import expect_sqlstate, own_nodes, token_of
 
 TIMEOUT = 120                   # seconds per test (a pytest-timeout bound)
 
@@ -468,7 +468,7 @@ def check_blocked(ctx, parent, session, node, pending, who):
     `node` under the lock parent, nobody watches the parent itself, the
     server holds no getChildren watch at all, and during QUIET seconds
     the session sends at most its pings and gets no answer (`pending()`
-    stays true)."""
+    stays true).  Its own node may be watched as well."""
     last = {}
 
     def watching():
@@ -477,7 +477,10 @@ def check_blocked(ctx, parent, session, node, pending, who):
         mine = {p for p, ss in wchp.items() if session in ss
                 and (p == parent or p.startswith(parent + '/'))}
         last['mine'] = mine
-        return mine == {node} and not wchp.get(parent)
+        # besides its own node, which a waiter with one contender ahead
+        # watches too (README, "How it works")
+        own = own_nodes(ctx, parent).get(session, set())
+        return mine - own == {node} and not wchp.get(parent)
     try:
         wait_until(watching, 10, '%s to watch %s' % (who, node), interval=0.1)
     except TimeoutError:
