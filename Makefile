@@ -68,15 +68,20 @@ demo:
 fuzz:
 	$(MAKE) -C test/fuzz run
 
-# Performance against the ZooKeeper floor and the peers (issue 6):
+# Performance against the peers and the protocol's bound (issues 6, 18):
 # installs missing packages, builds and installs the extension, builds
-# bench/rawzk.c and bench/CuratorBench.java, starts its own ZooKeeper and
-# PostgreSQL, measures zklock, a raw C client, Curator, kazoo and
-# pg_advisory_xact_lock side by side, prints a table of medians and writes
-# bench/results.md and bench/handoffs.png.  ~14 min on 2 cores;
-# `make bench QUICK=1` ~5 min; ZK_SERVERS=3 for a 3-server ensemble;
-# ZooKeeper fsyncs (forceSync=yes) unless ZK_FSYNC=0.
+# bench/rawzk.c and bench/CuratorBench.java, starts its own 3-server
+# ZooKeeper ensemble (fsync on) and PostgreSQL, measures zklock, rawzk
+# recipe (zklock's protocol in C), Curator and kazoo side by side in 5
+# interleaved rounds (uncontended, contended N = 2..64, handoff latency,
+# semaphores, herd, many locks, arrays, memory), prints the targets of
+# issue 18 and writes bench/results.md and bench/handoffs.png.  ~30 min
+# on 2 cores; `make bench QUICK=1` 1 round, short; ZK_SERVERS=1 for
+# standalone; ZK_FSYNC=0 for forceSync=no; BENCH_ONLY=latency,semaphore
+# some parts; BENCH_OUT=dir writes elsewhere; BENCH_NO_INSTALL=1 measures
+# the installed extension without building or installing it.
 .PHONY: bench
 bench:
 	QUICK="$(QUICK)" ZK_SERVERS="$(ZK_SERVERS)" ZK_FSYNC="$(ZK_FSYNC)" \
-	BENCH_ONLY="$(BENCH_ONLY)" BENCH_OUT="$(BENCH_OUT)" bash bench/run.sh
+	BENCH_ONLY="$(BENCH_ONLY)" BENCH_OUT="$(BENCH_OUT)" \
+	BENCH_NO_INSTALL="$(BENCH_NO_INSTALL)" bash bench/run.sh
