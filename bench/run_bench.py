@@ -514,21 +514,31 @@ class Bench:
 
     def measure(self, impl, clients, path=None):
         """One run of one implementation: (rate, requests per cycle,
-        (client CPU, ZooKeeper CPU) us per cycle).  A run that fails is
-        logged and counts as missing (None), so one broken peer does not
-        sink the whole bench."""
-        try:
-            s0 = cpu_stat()
-            out = self._measure(impl, clients, path)
-            st = steal_percent(s0, cpu_stat())
-            if st is not None:
-                self.steal.append(st)
-            return out
-        except Exception as e:
-            log('%s with %d client(s) FAILED: %s' % (impl, clients, e))
-            self.failures.append('%s, %d client(s): %s' % (impl, clients,
-                                                           str(e).splitlines()[0]))
-            return None, None, None
+        (client CPU, ZooKeeper CPU) us per cycle).  A run that fails or
+        counts no cycle at all is logged and tried once more (on the 3-server
+        ensemble a client's session on a follower now and then gets no
+        answer for seconds, whichever implementation it is); if the second
+        try fails too, it counts as missing (None), so one broken peer does
+        not sink the whole bench."""
+        for attempt in (1, 2):
+            try:
+                s0 = cpu_stat()
+                out = self._measure(impl, clients, path)
+                if not out[0]:
+                    raise RuntimeError('no cycle completed in the measured window')
+                st = steal_percent(s0, cpu_stat())
+                if st is not None:
+                    self.steal.append(st)
+                return out
+            except Exception as e:
+                log('%s with %d client(s) FAILED (try %d of 2): %s'
+                    % (impl, clients, attempt, e))
+                self.failures.append('%s, %d client(s)%s: %s'
+                                     % (impl, clients,
+                                        ' (tried again)' if attempt == 1 else
+                                        ' (second try: left out)',
+                                        str(e).splitlines()[0]))
+        return None, None, None
 
     def _measure(self, impl, clients, path=None):
         m0 = self.mntr()
@@ -735,20 +745,26 @@ class Bench:
             for n in self.latency_clients:
                 for key, label, path in self.LATENCY:
                     s0 = cpu_stat()
-                    try:
-                        if key == 'zklock-on':
-                            out = self.zklock_latency(n, path, self.lat_secs)
-                        else:
-                            out = self.peer(key, n, path + '-%d' % n, 'latency',
-                                            self.lat_secs)[3]
-                        if out.get('overlaps'):
-                            raise RuntimeError('%d grants before the previous release'
-                                               % out['overlaps'])
-                    except Exception as e:
-                        log('latency %s with %d client(s) FAILED: %s' % (key, n, e))
-                        self.failures.append('latency %s, %d client(s): %s'
-                                             % (key, n, str(e).splitlines()[0]))
-                        out = {}
+                    for attempt in (1, 2):
+                        try:
+                            if key == 'zklock-on':
+                                out = self.zklock_latency(n, path, self.lat_secs)
+                            else:
+                                out = self.peer(key, n, path + '-%d' % n, 'latency',
+                                                self.lat_secs)[3]
+                            if out.get('overlaps'):
+                                raise RuntimeError('%d grants before the previous release'
+                                                   % out['overlaps'])
+                            if not out.get('handoffs'):
+                                raise RuntimeError('no handoff in the measured window')
+                            break
+                        except Exception as e:
+                            log('latency %s with %d client(s) FAILED (try %d of 2): %s'
+                                % (key, n, attempt, e))
+                            self.failures.append('latency %s, %d client(s)%s: %s' % (
+                                key, n, ' (tried again)' if attempt == 1 else
+                                ' (second try: left out)', str(e).splitlines()[0]))
+                            out = {}
                     st = steal_percent(s0, cpu_stat())
                     if st is not None:
                         self.steal.append(st)
@@ -1896,6 +1912,9 @@ def write_markdown(res, info, path, elapsed, load):
         L.append('')
         L.append('## Failed measurements')
         L.append('')
+        L.append('Each failed measurement (an error, or no cycle in its window) was tried '
+                 'once more; it is left out of the medians only if the second try failed too.')
+        L.append('')
         for f in res['failures']:
             L.append('- ' + f)
     L.append('')
@@ -2012,7 +2031,7 @@ def main():
         print('  %-66s %8s' % (name, fmt(value, '%.2f')))
     if res['failures']:
         print()
-        print('Failed measurements (left out of the medians):')
+        print('Failed measurements (each tried once more; left out of the medians only if the second try failed too):')
         for f in res['failures']:
             print('  ' + f)
     print()
