@@ -1502,16 +1502,16 @@ def write_chart(res, info, path):
     names = {'zklock-on': 'zklock (verify on)', 'curator': 'Curator', 'kazoo': 'kazoo'}
     colors = {'zklock-on': '#1f77b4', 'curator': '#d62728', 'kazoo': '#2ca02c'}
     lplots = []
+    # the medians in the key's first column, the p99s in the second
     for i, k in enumerate(lkeys):
         lplots.append('"%s" using 1:%d with linespoints lw 2 pt 7 lc rgb "%s" title "%s median"'
                       % (ldat, 2 + 2 * i, colors[k], names[k]))
+    for i, k in enumerate(lkeys):
         lplots.append('"%s" using 1:%d with linespoints lw 1 dt 2 pt 6 lc rgb "%s" title "%s p99"'
                       % (ldat, 3 + 2 * i, colors[k], names[k]))
-    gp = '''
-set terminal pngcairo size 900,1000 font "DejaVu Sans,11"
-set output "%(out)s"
-set multiplot layout 2,1 title "%(sub)s" noenhanced
-set title "Lock handoffs per second vs clients on one lock (N = 1: the uncontended cycle)"
+    panels = []
+    if c:
+        panels.append('''set title "Lock handoffs per second vs clients on one lock (N = 1: the uncontended cycle)"
 set xlabel "clients contending for one lock"
 set ylabel "handoffs per second (median of %(runs)d rounds)"
 set logscale x 2
@@ -1526,18 +1526,30 @@ plot "%(dat)s" using 1:2 with linespoints lw 2 pt 7 lc rgb "#1f77b4" title "zklo
      "%(dat)s" using 1:3 with linespoints lw 2 pt 5 lc rgb "#d62728" title "Curator InterProcessMutex", \\
      "%(dat)s" using 1:4 with linespoints lw 2 pt 9 lc rgb "#2ca02c" title "kazoo Lock", \\
      "%(dat)s" using 1:6 with linespoints lw 1 dt 3 pt 4 lc rgb "#555555" title "rawzk recipe: zklock's protocol in C, no PostgreSQL"
+''')
+    if lat:
+        panels.append('''set logscale x 2
+set grid
+set datafile missing "n/a"
+set yrange [0:*]
+set xlabel "clients contending for one lock"
 set title "Handoff latency: zklock from COMMIT return, Curator/kazoo from the release() call, to the next acquire's return"
 set ylabel "microseconds (median over rounds)"
 set xtics (%(lxtics)s)
 set xrange [%(lxmin)s:%(lxmax)s]
-set key below horizontal box
+set offsets 0, 0, graph 0.45, 0
+set key top left vertical maxrows %(lkeys)d box opaque
 plot %(lplots)s
-unset multiplot
-''' % {'out': path, 'dat': dat, 'runs': res['runs'],
+''')
+    gp = ('''set terminal pngcairo size 900,%(height)d font "DejaVu Sans,11"
+set output "%(out)s"
+set multiplot layout %(panels)d,1 title "%(sub)s" noenhanced
+''' + ''.join(panels) + 'unset multiplot\n') % {
+       'out': path, 'dat': dat, 'runs': res['runs'], 'height': 120 + 440 * len(panels),
        'xtics': ', '.join('"%d" %d' % (n, n) for n in ns), 'xmax': ns[-1] * 1.25,
        'lxtics': ', '.join('"%d" %d' % (n, n) for n in lns),
        'lxmin': lns[0] / 1.4, 'lxmax': lns[-1] * 1.4,
-       'lplots': ', \\\n     '.join(lplots) if lplots else '0 notitle',
+       'lplots': ', \\\n     '.join(lplots) if lplots else '0 notitle', 'panels': len(panels), 'lkeys': max(1, len(lkeys)),
        'sub': '%s ZooKeeper %s, %s CPUs (%s), kernel %s' % (
            info['ensemble'], info['zookeeper'], info['nproc'], info['cpu'],
            info['kernel'])}
