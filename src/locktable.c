@@ -204,6 +204,8 @@ zkl_release_if_unused(ZklLock *lock)
 		if (lock->sweep)
 			zks_sweep_async(lock->parent, lock->prefix);
 	}
+	else if (!lock->borrowed)
+		zks_unwatch_node(lock->node);	/* lost: forget its watch */
 	pfree(lock->parent);
 	pfree(lock->node);
 	pfree(lock->prefix);
