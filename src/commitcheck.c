@@ -125,6 +125,13 @@ check_by_multi(CheckRound *r, TimestampTz deadline)
 	return result;
 }
 
+static void
+judge(NodeCheck *c, ZkcVerdict verdict)
+{
+	c->node->verdict = verdict;
+	c->done = true;
+}
+
 static int
 count_unconfirmed(CheckRound *r)
 {
@@ -142,10 +149,7 @@ all_lost_with_session(CheckRound *r)
 {
 	for (int i = 0; i < r->n; i++)
 		if (!r->checks[i].done)
-		{
-			r->checks[i].node->verdict = ZKC_LOST_SESSION;
-			r->checks[i].done = true;
-		}
+			judge(&r->checks[i], ZKC_LOST_SESSION);
 	return true;
 }
 
@@ -229,20 +233,12 @@ check_round(CheckRound *r, TimestampTz deadline, ZksRc *failure)
 		if (c->req == NULL)
 		{
 			/* confirmed by its watch; spent meanwhile: exists next round */
-			switch (zks_watch_state(c->node->path))
-			{
-				case ZKS_WATCH_ARMED:
-					c->node->verdict = ZKC_HELD;
-					c->done = true;
-					break;
-				case ZKS_WATCH_DELETED:
-					c->node->verdict = ZKC_LOST_DELETED;
-					c->done = true;
-					break;
-				default:
-					complete = false;
-					break;
-			}
+			ZksWatchState ws = zks_watch_state(c->node->path);
+
+			if (ws == ZKS_WATCH_ARMED || ws == ZKS_WATCH_DELETED)
+				judge(c, ws == ZKS_WATCH_ARMED ? ZKC_HELD : ZKC_LOST_DELETED);
+			else
+				complete = false;
 			continue;
 		}
 		rc = zks_wait(c->req, deadline);
@@ -250,18 +246,15 @@ check_round(CheckRound *r, TimestampTz deadline, ZksRc *failure)
 		{
 			case ZKS_OK:
 				zks_get_stat(c->req, &st);
-				c->node->verdict =
-					(st.ephemeral_owner != sid || st.czxid != c->node->token) ?
-					ZKC_LOST_DELETED : ZKC_HELD;
-				c->done = true;
+				judge(c, (st.ephemeral_owner != sid ||
+						  st.czxid != c->node->token) ?
+					  ZKC_LOST_DELETED : ZKC_HELD);
 				break;
 			case ZKS_NONODE:
-				c->node->verdict = ZKC_LOST_DELETED;
-				c->done = true;
+				judge(c, ZKC_LOST_DELETED);
 				break;
 			case ZKS_SESSION_EXPIRED:
-				c->node->verdict = ZKC_LOST_SESSION;
-				c->done = true;
+				judge(c, ZKC_LOST_SESSION);
 				break;
 			case ZKS_CONNECTION_LOSS:
 				complete = false;	/* ask again after the reconnect */
