@@ -101,10 +101,13 @@ CURATOR_CP = ':'.join([BUILD, '/usr/share/java/curator-recipes.jar',
                        '/usr/share/java/slf4j-nop.jar'])
 KAZOO_BENCH = os.path.join(HERE, 'kazoo_bench.py')
 PYTHON = '/usr/bin/python3'
-# RAWZK_OWNWATCH for rawzk recipe: 0 = zklock's protocol today (list again
-# after every watch), 1 = the own-watch protocol (see bench/rawzk.c).  The
-# one place to flip it (or --ownwatch 0|1, BENCH_OWNWATCH).
-OWNWATCH = 0
+# RAWZK_OWNWATCH for rawzk recipe: 1 = zklock's protocol since issue 18 (a
+# waiter with one contender ahead also watches its own node, is granted by
+# the predecessor's deletion without a listing, and its commit check is a
+# sync alone), 0 = the protocol before (list again after every watch, sync
+# + exists at commit).  The one place to flip it (or --ownwatch 0|1,
+# BENCH_OWNWATCH).
+OWNWATCH = 1
 JUTE_MAXBUFFER = 0xfffff        # ZooKeeper's default jute.maxbuffer (1 MB - 1)
 
 
@@ -1588,8 +1591,11 @@ def write_markdown(res, info, path, elapsed, load):
              'every server. rawzk recipe runs with RAWZK_OWNWATCH=%d (%s).'
              % (res['runs'], res['seconds'], res.get('lat_seconds', res['seconds']),
                 res.get('ownwatch', 0),
-                'the own-watch protocol' if res.get('ownwatch') else
-                'zklock\'s protocol: list again after every watch'))
+                'zklock\'s protocol: with one contender ahead, a waiter also '
+                'watches its own node, is granted without a listing and '
+                'confirms with a sync alone' if res.get('ownwatch') else
+                'zklock\'s protocol before issue 18: list again after every '
+                'watch'))
     L.append('')
     L.append('## Machine')
     L.append('')
