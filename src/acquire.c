@@ -605,7 +605,8 @@ zka_await_turn(ZkaAttempt *a)
 		a->waited = true;
 		pred = psprintf("%s/%s", a->parent, cs[d.predecessor].name);
 		seen = zks_event_mark();
-		own_watch = (d.blockers == 1 && zks_watch_room());
+		own_watch = (d.blockers == 1 && !a->grant_by_listing &&
+					 zks_watch_room());
 		if (own_watch)
 			a->oreq = zks_watch_node(a->node, &own_watch);
 		a->watched = pred;

@@ -59,6 +59,10 @@ typedef struct ZkaAttempt
 	int64		token;
 	bool		uncertain;		/* a create's reply was lost */
 	bool		waited;			/* had to wait for another contender */
+	bool		grant_by_listing;	/* never granted by the watches alone
+									 * (what follows reads the tree and
+									 * needs a reply past the predecessor's
+									 * delete; see semaphore.c) */
 	ZkdWait		dl;				/* deadlock detection while waiting */
 } ZkaAttempt;
 

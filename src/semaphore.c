@@ -24,13 +24,22 @@
  * different number recorded there is an error, as kazoo raises one.
  *
  * Why never more than max_holders: only the mutex holder creates (kazoo)
- * or counts (Curator), and its listing is read after its own create of the
- * mutex node, so the server that answers it has applied every change the
- * previous mutex holder made before releasing (ZooKeeper applies a
- * session's requests in order and every server applies transactions in
- * zxid order): every lease granted before is in the count.  A stale
- * server can only show leases that are already gone, which makes us wait
- * longer, never hold too soon.
+ * or counts (Curator), and the server that answers its count has applied
+ * every change the previous mutex holder made before releasing, so every
+ * lease granted before is in the count.  Curator: the count is read after
+ * our own lease create, a write, on the same session (ZooKeeper applies a
+ * session's requests in order, every server applies transactions in zxid
+ * order).  kazoo: the count is read before our create, so it relies on
+ * how the mutex was granted: by a reply (the listing after the
+ * predecessor's deletion, or the create when the mutex was free) whose
+ * zxid is past that deletion.  libzookeeper reconnects only to a server
+ * that has applied its session's last zxid, and it takes that zxid from
+ * replies, never from watch events, so a mutex granted by the watches
+ * alone (acquire.c) could, after a reconnect to a lagging server, count
+ * without the previous holder's lease: the kazoo mutex is therefore
+ * always granted by a listing (grant_by_listing).  A stale server can
+ * only show leases that are already gone, which makes us wait longer,
+ * never hold too soon.
  *
  * Deadlock detection (deadlock.c) does not follow semaphore waits: a
  * waiter publishes no wait record, so a search that reaches it stops
@@ -247,6 +256,8 @@ zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
 	m.by_lock_timeout = a->by_lock_timeout;
 	part_names(ZKR_SEM_MUTEX, path, uuid, &parent, prefix);
 	zka_set_node(&m, parent, prefix);
+	/* kazoo counts before it creates: see the top of this file */
+	m.grant_by_listing = !zkr_semaphore_counts_after_create(protocol);
 
 	if (!zkr_semaphore_counts_after_create(protocol))
 		ensure_kazoo_node(a, path, max_holders);

@@ -23,8 +23,10 @@
  * list, not of the deletions; so every session event turns the watches
  * still armed into "spent", which tells the callers to ask again (list,
  * or exists) as they would have without the watch.  A deletion event is
- * believed whenever it arrives: a deleted node never comes back (its name
- * carries a sequence number and a random id).
+ * believed whenever it arrives, and an entry once deleted stays so until
+ * it is forgotten: a node's name carries a sequence number and a random
+ * id, and the table forgets a path as soon as its wait or its lock is
+ * over, so no later node of the same name can meet the old entry.
  *
  * The table lives in malloc'd memory under zks_mutex: the session watcher
  * (on libzookeeper's completion thread) only changes the state of an entry
@@ -97,8 +99,9 @@ zks_watch_node(const char *path, bool *tracked)
 	i = find_locked(path);
 	if (i >= 0)
 	{
-		/* watched again after a listing: armed again */
-		watched[i].state = ZKS_WATCH_ARMED;
+		/* watched again after a listing: armed again, unless deleted */
+		if (watched[i].state != ZKS_WATCH_DELETED)
+			watched[i].state = ZKS_WATCH_ARMED;
 		*tracked = true;
 	}
 	else if (copy != NULL && n_watched < MAX_WATCHED)

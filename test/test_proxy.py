@@ -17,7 +17,14 @@ play the other contenders:
      it) is sent again after the reconnect, not dropped;
   d  the pre-commit check answered with an error other than a lost
      connection fails the COMMIT at once, saying so, not after a session
-     timeout as if no server had answered.
+     timeout as if no server had answered;
+  e  a waiter with one contender ahead is granted by its watches (its
+     own node's and its predecessor's) with no listing, and its COMMIT
+     confirms the node with a sync alone;
+  f  such a node deleted after the grant fails the COMMIT with 40001;
+  g  after a dropped connection the check asks with exists again;
+  h  the internal mutex of a kazoo-layout semaphore is never granted by
+     the watches alone: a listing comes before the leases are counted.
 
 Every test proves that its race really happened (the hook fired, the
 server answered what the race implies), so that a pass is not vacuous.
@@ -550,3 +557,58 @@ def test_g_connection_lost_after_the_grant_asks_with_exists(ctx):
                     'no exists after the reconnect: %s' % describe(commit)
             sc.proxy.hook = None
             ctx.zi.wait_contenders(res, 0)
+
+
+def test_h_kazoo_semaphore_mutex_is_granted_by_a_listing(ctx):
+    """kazoo's semaphore layout counts the leases before it creates its
+    own, so the count must come from a server that has applied the
+    previous mutex holder's lease.  libzookeeper reconnects only to a
+    server that has applied the session's last zxid, which it takes from
+    replies, not from watch events: the internal mutex is therefore never
+    granted by the watches alone (no own-node watch on it), but by a
+    listing after the predecessor's deletion, before the leases are
+    counted."""
+    res = 'proxy-kazoo-sem'
+    base = '%s/%s' % (ctx.root, res)
+    mutex_parent = base + '-__lock__'
+    with Scene(ctx, 'kazoo-sem') as sc:
+        w = sc.backend('proxy-kazoo-sem')
+        w.query("SET zklock.protocol = 'kazoo'")
+        w.query('BEGIN')
+        token_of(w.submit('SELECT zk_lock_semaphore(%s, 1)', [res]), 15,
+                 'warm-up lease')
+        w.query('COMMIT')
+        wait_until(lambda: not ctx.kz.get_children(base), 15,
+                   'the warm-up lease to go')
+        sc.parents.append(mutex_parent)
+        f = ctx.kz.create(mutex_parent + '/%s__lock__' % uuid.uuid4().hex,
+                          b'zklock test_proxy: foreign mutex holder',
+                          ephemeral=True, sequence=True)
+        sc.holders.append(f)
+        w.query('BEGIN')
+        fut = w.submit('SELECT zk_lock_semaphore(%s, 1)', [res])
+        wait_until(lambda: [r for r in sc.proxy.requests(ops=(OP_GETDATA,))
+                            if r.watch and r.path == f and r.reply is not None],
+                   15, 'the watch on the foreign mutex holder')
+        mine = [c for c in ctx.kz.get_children(mutex_parent)
+                if mutex_parent + '/' + c != f]
+        assert len(mine) == 1, mine
+        mine = mutex_parent + '/' + mine[0]
+        assert not [r for r in sc.proxy.requests(ops=(OP_GETDATA, OP_EXISTS))
+                    if r.watch and r.path == mine], \
+            'the kazoo semaphore mutex was watched for a grant by watches'
+        mark = len(sc.proxy.requests())
+        ctx.kz.delete(f)
+        sc.holders.remove(f)
+        token_of(fut, 15, 'the lease, once the mutex holder went')
+        after = [r for r in sc.proxy.requests()[mark:] if r.op != OP_PING]
+        listed = [i for i, r in enumerate(after)
+                  if r.op in LISTING_OPS and r.path == mutex_parent]
+        counted = [i for i, r in enumerate(after)
+                   if r.op in LISTING_OPS and r.path == base]
+        assert listed and counted and listed[0] < counted[0], \
+            'the mutex was not granted by a listing before the count: %s' \
+            % describe(after)
+        w.query('COMMIT')
+        wait_until(lambda: not ctx.kz.get_children(base), 15,
+                   'the lease to go')
