@@ -600,7 +600,8 @@ zka_await_turn(ZkaAttempt *a)
 		 * listing in between: a new node always sorts after ours.  The
 		 * own watch stays armed while we hold, and lets the pre-commit
 		 * check do with a sync alone.  Not when the table is full, nor for
-		 * a try (which never waits).
+		 * a try (which never waits), nor for an attempt whose caller reads
+		 * the tree right after the grant (grant_by_listing: semaphore.c).
 		 */
 		a->waited = true;
 		pred = psprintf("%s/%s", a->parent, cs[d.predecessor].name);

@@ -28,9 +28,10 @@
  * id, and the table forgets a path as soon as its wait or its lock is
  * over, so no later node of the same name can meet the old entry.
  *
- * The table lives in malloc'd memory under zks_mutex: the session watcher
- * (on libzookeeper's completion thread) only changes the state of an entry
- * the backend made; it never allocates or frees.
+ * The table is a fixed array of entries whose paths are malloc'd, under
+ * zks_mutex: the session watcher (on libzookeeper's completion thread)
+ * only changes the state of an entry the backend made; it never allocates
+ * or frees.
  *
  * src/session_watch.c
  *
