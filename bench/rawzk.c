@@ -36,6 +36,27 @@
  *              alone (the server delivers the own node's NodeDeleted before
  *              the sync's reply), else sync + exists as above.  The own
  *              watch fires once more at the delete: ignored.
+ *              RAWZK_GAP_US=G (default 0): after sending each delete, the
+ *              thread sleeps G microseconds before its next create: the
+ *              place where a zklock cycle spends PostgreSQL's statements
+ *              (COMMIT's return, BEGIN, the SELECT up to the create) and
+ *              the only place where that time can overlap ZooKeeper's
+ *              work (the delete's fsync).  With G = the advisory cycle's
+ *              time, the rate is the most a zklock cycle with this
+ *              protocol can reach uncontended: PostgreSQL's statements
+ *              could only sit elsewhere (in series) and use CPU, where
+ *              this sleep uses none.  Prints the mean gap slept.
+ *              RAWZK_SEM=P (default 0): zklock's semaphore instead of its
+ *              lock, in Curator's layout (InterProcessSemaphoreV2): the
+ *              lock above on PARENT/locks is only the internal mutex; its
+ *              holder creates a lease (EPHEMERAL_SEQUENTIAL) under
+ *              PARENT/leases and lists the leases with a child watch, back
+ *              to back, and holds when they number at most P; otherwise
+ *              it waits for the watch and lists again, the mutex kept.
+ *              Then the mutex's delete is sent without waiting, and the
+ *              lease goes through the commit check (sync + exists) and
+ *              its delete as above.  Exits with an error if more than P
+ *              threads ever hold at once.
  *              A cycle is a grant, so with several threads cycles are
  *              handoffs; it exits with an error if two threads ever hold
  *              at once.  This is what zklock's protocol costs with nothing
@@ -72,6 +93,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 
 #include <zookeeper.h>
 
@@ -186,6 +208,9 @@ typedef struct Contender
 	int			exists_rc;		/* exists(predecessor) */
 	int			own_exists_rc;	/* exists(own node) */
 	int			sync_rc;
+	char		leases[512];	/* semaphore mode: the lease parent */
+	char		lease[512];		/* ... our lease's full path, while held */
+	int			lease_event;	/* ... the lease list's child watch fired */
 	char	  **kids;			/* last listing (malloc'd copies) */
 	int			nkids;
 	int			outstanding_deletes;
@@ -198,6 +223,12 @@ static atomic_int holders;		/* more than one at a time is a bug */
 static atomic_int stopping;
 static int	check_at_commit = 1;
 static int	own_watch = 0;		/* RAWZK_OWNWATCH */
+static long gap_ns = 0;			/* RAWZK_GAP_US, in ns */
+static int	sem_permits = 0;	/* RAWZK_SEM: permits, 0 = a lock */
+static const char *mutex_parent = NULL; /* semaphore mode: PARENT/locks */
+static const char *lease_parent = NULL; /* ... and PARENT/leases */
+static atomic_long gaps;		/* gaps slept, and their total in ns */
+static atomic_long gap_total_ns;
 
 static void
 c_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
@@ -231,6 +262,32 @@ c_create_done(int rc, const char *value, const void *data)
 	if (rc == ZOK)
 		snprintf(c->created, sizeof(c->created), "%s", value);
 	c_done(c, rc);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void
+c_lease_done(int rc, const char *value, const void *data)
+{
+	Contender  *c = (Contender *) data;
+
+	pthread_mutex_lock(&c->mu);
+	if (rc == ZOK)
+		snprintf(c->lease, sizeof(c->lease), "%s", value);
+	c_done(c, rc);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* the lease list's child watch (semaphore mode) */
+static void
+c_lease_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+	Contender  *c = (Contender *) ctx;
+
+	if (type == ZOO_SESSION_EVENT)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->lease_event = 1;
+	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -375,6 +432,12 @@ c_pred_fired(Contender *c)
 }
 
 static int
+c_lease_fired(Contender *c)
+{
+	return c->lease_event;
+}
+
+static int
 c_any_fired(Contender *c)
 {
 	return c->pred_event || c->own_event;
@@ -458,113 +521,230 @@ c_list(Contender *c)
 	return 1;
 }
 
+/*
+ * Sleep gap_ns from now, to an absolute deadline (the thread's timer slack
+ * is 1 ns, so the kernel does not round the wake-up up by its default
+ * 50 us); record how long it really took.
+ */
+static void
+sleep_gap(void)
+{
+	struct timespec t0,
+				dl,
+				t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	dl = t0;
+	dl.tv_nsec += gap_ns;
+	dl.tv_sec += dl.tv_nsec / 1000000000L;
+	dl.tv_nsec %= 1000000000L;
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &dl, NULL) == EINTR)
+		;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	atomic_fetch_add(&gaps, 1);
+	atomic_fetch_add(&gap_total_ns, (t1.tv_sec - t0.tv_sec) * 1000000000L +
+					 (t1.tv_nsec - t0.tv_nsec));
+}
+
+/*
+ * Take the lock on c->parent (mutex held on entry and on return): create
+ * and listing back to back, then wait for the turn as zklock does.
+ * Returns 0 when stopping (the own node, if any, is left in c->created).
+ */
+static int
+c_acquire(Contender *c, const char *prefix, const char *data)
+{
+	int			rc,
+				lower = 0;
+
+	c->pending = 2;
+	c->created[0] = '\0';
+	c->own_armed = c->own_event = c->own_deleted = 0;
+	c->own_deleted_first = 0;
+	pthread_mutex_unlock(&c->mu);
+	atomic_fetch_add(&listings, 1);
+	rc = zoo_acreate(c->zh, prefix, data, strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+					 ZOO_EPHEMERAL_SEQUENTIAL, c_create_done, c);
+	if (rc == ZOK)
+		rc = zoo_aget_children(c->zh, c->parent, 0, c_children_done, c);
+	if (rc != ZOK)
+		c_fail(c, zerror(rc));
+	pthread_mutex_lock(&c->mu);
+	if (!c_wait(c, c_no_pending))
+		return 0;
+	if (c->failures)
+		c_fail(c, "create or listing failed");
+
+	/* wait for the turn: decide, watch, list again */
+	while (c_predecessor(c, &lower))
+	{
+		int			arm_own = own_watch && lower == 1 && !c->own_armed;
+
+		c->pred_event = c->pred_deleted = 0;
+		c->own_event = c->own_deleted = c->own_deleted_first = 0;
+		c->pending = arm_own ? 2 : 1;
+		pthread_mutex_unlock(&c->mu);
+		rc = ZOK;
+		if (arm_own)
+			rc = zoo_awexists(c->zh, c->created, c_node_watcher, c,
+							  c_own_exists_done, c);
+		if (rc == ZOK)
+			rc = zoo_awexists(c->zh, c->watched, c_node_watcher, c,
+							  c_exists_done, c);
+		if (rc != ZOK)
+			c_fail(c, zerror(rc));
+		pthread_mutex_lock(&c->mu);
+		if (!c_wait(c, c_no_pending))
+			return 0;
+		if (arm_own)
+		{
+			if (c->own_exists_rc != ZOK)
+				c_fail(c, "own node gone while waiting");
+			if (!c->own_event)
+				c->own_armed = 1;
+		}
+		if (c->exists_rc == ZNONODE)
+		{
+			/* the predecessor is gone already: list again at once */
+			c->watched[0] = '\0';
+			if (!c_list(c))
+				return 0;
+			continue;
+		}
+		if (c->exists_rc != ZOK)
+			c_fail(c, zerror(c->exists_rc));
+		if (c->own_armed || (arm_own && c->own_event))
+		{
+			/*
+			 * Own watch armed and one contender ahead: the predecessor's
+			 * NodeDeleted, with no NodeDeleted for the own node before it,
+			 * is the grant; any other event means list again.
+			 */
+			if (!c_wait(c, c_any_fired))
+				return 0;
+			if (c->pred_deleted && !c->own_deleted_first && !c->own_deleted)
+			{
+				atomic_fetch_add(&shortcuts, 1);
+				break;
+			}
+			if (c->own_deleted)
+				c_fail(c, "own node deleted while waiting");
+		}
+		else if (!c_wait(c, c_pred_fired))
+			return 0;
+		/* always list again: a predecessor may have given up */
+		c->watched[0] = '\0';
+		if (!c_list(c))
+			return 0;
+	}
+	c->watched[0] = '\0';
+	return 1;
+}
+
+/* send the delete of path without waiting for it (mutex held) */
+static void
+c_delete_async(Contender *c, const char *path)
+{
+	char		copy[512];
+	int			rc;
+
+	while (c->outstanding_deletes > 100)
+		pthread_cond_wait(&c->cv, &c->mu);
+	c->outstanding_deletes++;
+	snprintf(copy, sizeof(copy), "%s", path);
+	pthread_mutex_unlock(&c->mu);
+	rc = zoo_adelete(c->zh, copy, -1, c_delete_done, c);
+	if (rc != ZOK)
+		c_fail(c, zerror(rc));
+	pthread_mutex_lock(&c->mu);
+}
+
+/*
+ * Semaphore mode, with the mutex (c->created) held: create the lease
+ * under c->leases and list the leases with a child watch, back to back;
+ * while they number more than the permits, wait for the watch and list
+ * again (the mutex kept, as Curator and zklock do); then send the mutex's
+ * delete.  Returns 0 when stopping.
+ */
+static int
+c_lease(Contender *c, const char *prefix, const char *data)
+{
+	int			rc;
+
+	c->pending = 2;
+	c->lease[0] = '\0';
+	c->lease_event = 0;
+	pthread_mutex_unlock(&c->mu);
+	rc = zoo_acreate(c->zh, prefix, data, strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+					 ZOO_EPHEMERAL_SEQUENTIAL, c_lease_done, c);
+	if (rc == ZOK)
+		rc = zoo_awget_children(c->zh, c->leases, c_lease_watcher, c,
+								c_children_done, c);
+	if (rc != ZOK)
+		c_fail(c, zerror(rc));
+	pthread_mutex_lock(&c->mu);
+	for (;;)
+	{
+		if (!c_wait(c, c_no_pending))
+			return 0;
+		if (c->failures)
+			c_fail(c, "lease create or listing failed");
+		if (c->nkids <= sem_permits)
+			break;
+		if (!c_wait(c, c_lease_fired))
+			return 0;
+		c->lease_event = 0;
+		c->pending = 1;
+		pthread_mutex_unlock(&c->mu);
+		rc = zoo_awget_children(c->zh, c->leases, c_lease_watcher, c,
+								c_children_done, c);
+		if (rc != ZOK)
+			c_fail(c, zerror(rc));
+		pthread_mutex_lock(&c->mu);
+	}
+	/* the mutex only guards the count: let the next one in */
+	c_delete_async(c, c->created);
+	c->created[0] = '\0';
+	c->own_armed = 0;
+	return 1;
+}
+
 static void *
 c_main(void *arg)
 {
 	Contender  *c = (Contender *) arg;
-	char		prefix[512],
+	char		prefix[600],
+				lease_prefix[600],
 				data[128];
 	int			rc,
-				holding = 0;
+				holding = 0,
+				most = sem_permits > 0 ? sem_permits : 1;
 
 	snprintf(prefix, sizeof(prefix),
 			 "%s/_c_3f2a6c1e-8a4b-4c7d-9e0f-%012d-__WRIT__", c->parent, c->id);
+	snprintf(lease_prefix, sizeof(lease_prefix),
+			 "%s/_c_3f2a6c1e-8a4b-4c7d-9e0f-%012d-lease-", c->leases, c->id);
 	memset(data, 'x', sizeof(data));
 	snprintf(data, sizeof(data),
 			 "rawzk host=bench port=0 sysid=0 pid=%d db=none role=none application_name=rawzk ",
 			 (int) getpid());
 	data[120] = '\0';
 
+	if (gap_ns > 0)
+		(void) prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	pthread_mutex_lock(&c->mu);
 	while (!atomic_load(&stopping))
 	{
-		int			lower = 0;
+		const char *held;
 
-		/* enter: create and listing back to back */
-		c->pending = 2;
-		c->created[0] = '\0';
-		c->own_armed = c->own_event = c->own_deleted = 0;
-		c->own_deleted_first = 0;
-		pthread_mutex_unlock(&c->mu);
-		atomic_fetch_add(&listings, 1);
-		rc = zoo_acreate(c->zh, prefix, data, strlen(data), &ZOO_OPEN_ACL_UNSAFE,
-						 ZOO_EPHEMERAL_SEQUENTIAL, c_create_done, c);
-		if (rc == ZOK)
-			rc = zoo_aget_children(c->zh, c->parent, 0, c_children_done, c);
-		if (rc != ZOK)
-			c_fail(c, zerror(rc));
-		pthread_mutex_lock(&c->mu);
-		if (!c_wait(c, c_no_pending))
+		if (!c_acquire(c, prefix, data))
 			break;
-		if (c->failures)
-			c_fail(c, "create or listing failed");
-
-		/* wait for the turn: decide, watch, list again */
-		while (c_predecessor(c, &lower))
-		{
-			int			arm_own = own_watch && lower == 1 && !c->own_armed;
-
-			c->pred_event = c->pred_deleted = 0;
-			c->own_event = c->own_deleted = c->own_deleted_first = 0;
-			c->pending = arm_own ? 2 : 1;
-			pthread_mutex_unlock(&c->mu);
-			rc = ZOK;
-			if (arm_own)
-				rc = zoo_awexists(c->zh, c->created, c_node_watcher, c,
-								  c_own_exists_done, c);
-			if (rc == ZOK)
-				rc = zoo_awexists(c->zh, c->watched, c_node_watcher, c,
-								  c_exists_done, c);
-			if (rc != ZOK)
-				c_fail(c, zerror(rc));
-			pthread_mutex_lock(&c->mu);
-			if (!c_wait(c, c_no_pending))
-				goto out;
-			if (arm_own)
-			{
-				if (c->own_exists_rc != ZOK)
-					c_fail(c, "own node gone while waiting");
-				if (!c->own_event)
-					c->own_armed = 1;
-			}
-			if (c->exists_rc == ZNONODE)
-			{
-				/* the predecessor is gone already: list again at once */
-				c->watched[0] = '\0';
-				if (!c_list(c))
-					goto out;
-				continue;
-			}
-			if (c->exists_rc != ZOK)
-				c_fail(c, zerror(c->exists_rc));
-			if (c->own_armed || (arm_own && c->own_event))
-			{
-				/*
-				 * Own watch armed and one contender ahead: the
-				 * predecessor's NodeDeleted, with no NodeDeleted for the
-				 * own node before it, is the grant; any other event
-				 * means list again.
-				 */
-				if (!c_wait(c, c_any_fired))
-					goto out;
-				if (c->pred_deleted && !c->own_deleted_first && !c->own_deleted)
-				{
-					atomic_fetch_add(&shortcuts, 1);
-					break;
-				}
-				if (c->own_deleted)
-					c_fail(c, "own node deleted while waiting");
-			}
-			else if (!c_wait(c, c_pred_fired))
-				goto out;
-			/* always list again: a predecessor may have given up */
-			c->watched[0] = '\0';
-			if (!c_list(c))
-				goto out;
-		}
-		c->watched[0] = '\0';
-		if (atomic_fetch_add(&holders, 1) != 0)
-			c_fail(c, "two holders at once");
+		if (sem_permits > 0 && !c_lease(c, lease_prefix, data))
+			break;
+		held = sem_permits > 0 ? c->lease : c->created;
+		if (atomic_fetch_add(&holders, 1) >= most)
+			c_fail(c, sem_permits > 0 ? "more holders than permits" :
+				   "two holders at once");
 		holding = 1;
 
 		/*
@@ -572,17 +752,18 @@ c_main(void *arg)
 		 * session reads from catch up with the leader.  With the own
 		 * watch armed, the sync alone: the server delivers a NodeDeleted
 		 * of the own node before the sync's reply.  Without it, sync and
-		 * exists(own) back to back, one round trip.
+		 * exists(own) back to back, one round trip.  (A lease has no own
+		 * watch: sync and exists.)
 		 */
 		if (check_at_commit)
 		{
-			int			with_exists = !c->own_armed;
+			int			with_exists = sem_permits > 0 || !c->own_armed;
 
 			c->pending = with_exists ? 2 : 1;
 			pthread_mutex_unlock(&c->mu);
 			rc = zoo_async(c->zh, c->parent, c_sync_done, c);
 			if (rc == ZOK && with_exists)
-				rc = zoo_aexists(c->zh, c->created, 0, c_own_exists_done, c);
+				rc = zoo_aexists(c->zh, held, 0, c_own_exists_done, c);
 			if (rc != ZOK)
 				c_fail(c, zerror(rc));
 			pthread_mutex_lock(&c->mu);
@@ -596,33 +777,27 @@ c_main(void *arg)
 		atomic_fetch_add(&grants, 1);
 		atomic_fetch_sub(&holders, 1);	/* before the delete is sent */
 		holding = 0;
-		while (c->outstanding_deletes > 100)
-			pthread_cond_wait(&c->cv, &c->mu);
-		c->outstanding_deletes++;
-		pthread_mutex_unlock(&c->mu);
 		/* the own watch, if armed, fires at this delete: ignored */
-		rc = zoo_adelete(c->zh, c->created, -1, c_delete_done, c);
-		if (rc != ZOK)
-			c_fail(c, zerror(rc));
-		pthread_mutex_lock(&c->mu);
+		c_delete_async(c, held);
 		c->created[0] = '\0';
+		c->lease[0] = '\0';
 		c->own_armed = 0;
+		if (gap_ns > 0)
+		{
+			pthread_mutex_unlock(&c->mu);
+			sleep_gap();
+			pthread_mutex_lock(&c->mu);
+		}
 	}
 out:
-	/* stopped while waiting: give the own node up, as a cancelled waiter */
+	/* stopped while waiting: give the own nodes up, as a cancelled waiter */
 	if (holding)
 		atomic_fetch_sub(&holders, 1);
+	if (c->lease[0] != '\0')
+		c_delete_async(c, c->lease);
 	if (c->created[0] != '\0')
-	{
-		char		own[512];
-
-		snprintf(own, sizeof(own), "%s", c->created);
-		c->created[0] = '\0';
-		c->outstanding_deletes++;
-		pthread_mutex_unlock(&c->mu);
-		(void) zoo_adelete(c->zh, own, -1, c_delete_done, c);
-		pthread_mutex_lock(&c->mu);
-	}
+		c_delete_async(c, c->created);
+	c->lease[0] = c->created[0] = '\0';
 	while (c->outstanding_deletes > 0 || c->pending > 0)
 		pthread_cond_wait(&c->cv, &c->mu);
 	pthread_mutex_unlock(&c->mu);
@@ -644,6 +819,21 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 		check_at_commit = atoi(getenv("RAWZK_CHECK"));
 	if (getenv("RAWZK_OWNWATCH"))
 		own_watch = atoi(getenv("RAWZK_OWNWATCH"));
+	if (getenv("RAWZK_GAP_US"))
+		gap_ns = (long) (atof(getenv("RAWZK_GAP_US")) * 1000.0);
+	if (getenv("RAWZK_SEM"))
+		sem_permits = atoi(getenv("RAWZK_SEM"));
+	if (sem_permits > 0)
+	{
+		/* Curator's semaphore layout: PARENT/locks, PARENT/leases */
+		static char locks[512],
+					leases[512];
+
+		snprintf(locks, sizeof(locks), "%s/locks", parent);
+		snprintf(leases, sizeof(leases), "%s/leases", parent);
+		lease_parent = leases;
+		mutex_parent = locks;
+	}
 	if (n < 1 || n > 256)
 	{
 		fprintf(stderr, "rawzk: RAWZK_THREADS must be 1..256\n");
@@ -657,7 +847,9 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 
 		c->id = i;
 		c->hosts = hosts;
-		c->parent = parent;
+		c->parent = mutex_parent ? mutex_parent : parent;
+		if (lease_parent)
+			snprintf(c->leases, sizeof(c->leases), "%s", lease_parent);
 		pthread_mutex_init(&c->mu, NULL);
 		pthread_cond_init(&c->cv, NULL);
 		c->zh = zookeeper_init(hosts, c_session_watcher, 10000, NULL, c, 0);
@@ -689,6 +881,13 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 
 			if (rc != ZOK && rc != ZNODEEXISTS)
 				die("create parent", rc);
+			for (int k = 0; k < 2 && lease_parent; k++)
+			{
+				rc = zoo_create(c->zh, k ? lease_parent : mutex_parent, "", 0,
+								&ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+				if (rc != ZOK && rc != ZNODEEXISTS)
+					die("create semaphore parent", rc);
+			}
 		}
 	}
 	for (int i = 0; i < n; i++)
@@ -720,9 +919,11 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 	}
 	if (failures)
 		die("recipe", ZSYSTEMERROR);
-	printf("mode=recipe threads=%d check=%d ownwatch=%d listings=%ld shortcuts=%ld "
-		   "cycles=%ld total=%ld seconds=%.3f us_per_cycle=%.1f\n",
-		   n, check_at_commit, own_watch, atomic_load(&listings),
+	printf("mode=recipe threads=%d check=%d ownwatch=%d sem=%d gap_us=%.1f listings=%ld "
+		   "shortcuts=%ld cycles=%ld total=%ld seconds=%.3f us_per_cycle=%.1f\n",
+		   n, check_at_commit, own_watch, sem_permits,
+		   atomic_load(&gaps) ? atomic_load(&gap_total_ns) / 1e3 / atomic_load(&gaps) : 0.0,
+		   atomic_load(&listings),
 		   atomic_load(&shortcuts), g1 - g0, atomic_load(&grants),
 		   t_end - t_start,
 		   g1 > g0 ? 1e6 * (t_end - t_start) / (g1 - g0) : 0.0);

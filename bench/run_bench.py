@@ -36,7 +36,9 @@ Parts (--only takes a comma-separated list of these names):
                synchronous create(EPHEMERAL_SEQUENTIAL)+delete: the floor);
                Curator InterProcessMutex; kazoo Lock; rawzk recipe;
                one read round trip; pg_advisory_xact_lock through pgbench
-               (PostgreSQL without network).  ZooKeeper requests and CPU
+               (PostgreSQL without network); rawzk recipe sleeping that
+               advisory cycle's time after each delete (RAWZK_GAP_US: the
+               bound of the protocol).  ZooKeeper requests and CPU
                (client side, ZooKeeper) per cycle.
   contended    N = 2, 4, 16, 64 clients on one lock (N = 1: the uncontended
                cycle), handoffs per second: zklock verify on and off
@@ -53,7 +55,9 @@ Parts (--only takes a comma-separated list of these names):
   semaphore    3 permits, 16 clients, acquisitions per second: zklock
                (BEGIN; SELECT zk_lock_semaphore('bench-sem', 3); COMMIT;
                pgbench -c 16, zklock.protocol curator-rw and kazoo), Curator
-               InterProcessSemaphoreV2, kazoo Semaphore.
+               InterProcessSemaphoreV2, kazoo Semaphore, and rawzk's
+               semaphore mode (RAWZK_SEM: zklock's curator-rw semaphore
+               protocol with the check in C, 16 threads: the bound).
   herd         N = 2, 16, 64 zklock waiters queued on one lock, released one
                by one: watch notifications the server delivers per release
                (mntr zk_sum_node_{created,deleted,changed,children}_watch_count
@@ -233,6 +237,7 @@ class Bench:
         self.array_cases = [(100, 5 if self.quick else 20, 2 if self.quick else 5),
                             (10000, 2 if self.quick else 5, 1 if self.quick else 2)]
         self.ownwatch = args.ownwatch
+        self.gap_us = None      # raw-recipe-gap: this round's advisory cycle
         self.results = {'uncontended': {}, 'contended': {}, 'latency': {},
                         'semaphore': {}, 'herd': {},
                         'many': {}, 'arrays': {}, 'memory': {}, 'runs': self.runs,
@@ -460,10 +465,22 @@ class Bench:
                 # the library's per-poll re-resolution of the host list off
                 env = dict(os.environ, RAWZK_RESOLVE_DELAY='-1')
                 mode = mode[:-len('-tuned')]
+            gap, sem = None, None
+            if mode == 'sem':
+                # zklock's semaphore protocol (Curator layout), see rawzk.c
+                mode, sem = 'recipe', self.sem_permits
+            if mode == 'recipe-gap':
+                # the recipe with PostgreSQL's statement time slept where
+                # it can overlap the delete (see bench/rawzk.c)
+                mode, gap = 'recipe', self.gap_us
             if mode == 'recipe':
                 # zklock's recipe with the check, one session per thread
                 env = dict(os.environ, RAWZK_THREADS=str(clients), RAWZK_CHECK='1',
                            RAWZK_OWNWATCH=str(self.ownwatch))
+                if gap:
+                    env['RAWZK_GAP_US'] = '%.1f' % gap
+                if sem:
+                    env['RAWZK_SEM'] = str(sem)
             cmd = [RAWZK, mode, cs, path, str(self.warmup), str(secs)]
             warm = self.warmup
         elif which == 'curator':
@@ -554,6 +571,8 @@ class Bench:
         elif impl.startswith('zklock-sem-'):
             rate, total, cpu = self.pgbench('semaphore', clients, None,
                                             impl[len('zklock-sem-'):])
+        elif impl == 'raw-sem':
+            rate, total, cpu, _ = self.peer(impl, clients, path)
         elif impl.endswith('-sem'):
             rate, total, cpu, _ = self.peer(impl[:-4], clients, path, 'semaphore')
         else:
@@ -579,6 +598,9 @@ class Bench:
         ('raw-recipe', 'rawzk: zklock\'s recipe with the check, no PostgreSQL', '/rawzk-bench'),
         ('raw-read', 'rawzk: one read round trip (exists)', '/rawzk-bench'),
         ('advisory', 'pg_advisory_xact_lock (no network)', None),
+        # right after advisory: it sleeps this round's advisory cycle time
+        ('raw-recipe-gap', 'rawzk: zklock\'s recipe with the check, PostgreSQL\'s '
+         'time slept after each delete (the bound)', '/rawzk-bench'),
         # reference-only rows, measured with --all-rows (not by default: the
         # full run must stay near 30 minutes on a 3-server ensemble)
         ('raw-pipelined', 'rawzk: create+children pipelined, delete not awaited', '/rawzk-bench'),
@@ -594,6 +616,13 @@ class Bench:
                for k, label, _ in rows}
         for r in range(self.runs):
             for key, label, path in rows:
+                if key == 'raw-recipe-gap':
+                    self.gap_us = res['advisory']['us'][-1] if res['advisory']['us'] else None
+                    if not self.gap_us:
+                        res[key]['us'].append(None)
+                        for f in ('reqs', 'cpu_client', 'cpu_zk'):
+                            res[key][f].append(None)
+                        continue
                 rate, reqs, cpu = self.measure(key, 1, path)
                 res[key]['us'].append(1e6 / rate if rate else None)
                 res[key]['reqs'].append(reqs)
@@ -797,6 +826,8 @@ class Bench:
         ('zklock-sem-kazoo', 'zklock, zklock.protocol = kazoo', None),
         ('curator-sem', 'Curator InterProcessSemaphoreV2', '/curator-bench/semaphore'),
         ('kazoo-sem', 'kazoo Semaphore', '/kazoo-bench/semaphore'),
+        ('raw-sem', 'rawzk: zklock\'s semaphore protocol with the check, no PostgreSQL '
+         '(the bound)', '/rawzk-sem'),
     ]
 
     def part_semaphore(self):
@@ -1274,26 +1305,35 @@ def references(res):
     handoff no zklock can be faster, since zklock's critical path runs the
     same requests plus PostgreSQL's statements; so where rawzk recipe /
     Curator is below 1.2 (or / kazoo below 1.5) the contended target is out
-    of reach for this protocol on this machine.  Uncontended, rawzk is not a
-    strict bound (its next create waits for the fsync of the delete it has
-    just sent, where zklock spends that time in PostgreSQL); the strict
-    bound is arithmetic: a zklock cycle with the check holds at least one
-    write round trip (the create), one read round trip (the check) and
-    PostgreSQL's statements: floor/2 + read + advisory."""
+    of reach for this protocol on this machine.  Uncontended, rawzk recipe
+    alone is not a bound (its next create waits for the fsync of the delete
+    it has just sent, where zklock spends that time in PostgreSQL): rawzk
+    recipe with PostgreSQL's time (this round's advisory cycle) slept right
+    after each delete is, since that is the only place where a zklock cycle's
+    PostgreSQL time can overlap ZooKeeper's work, and a sleep uses no CPU.
+    The semaphore's bound is rawzk's semaphore mode (zklock's Curator-layout
+    semaphore with the check, in C)."""
     u = res['uncontended']
     c = res['contended']
     lat = res.get('latency') or {}
     sem = res.get('semaphore') or {}
     out = []
     if u:
+        if 'raw-recipe-gap' in u:
+            for peer, name, t in (('curator', 'Curator', 1.3), ('kazoo', 'kazoo', 1.6)):
+                out.append(('uncontended: rawzk recipe with PostgreSQL\'s time slept / %s: '
+                            'the bound of the protocol (target >= %.1f)' % (name, t),
+                            u_ratio(u, peer, 'raw-recipe-gap')))
+            out.append(('uncontended: zklock (verify on) / rawzk recipe with PostgreSQL\'s '
+                        'time slept', u_ratio(u, 'raw-recipe-gap', 'zklock-on')))
         if all(k in u for k in ('raw-sync', 'raw-read', 'advisory')):
             best = [r / 2 + rd + a if r and rd and a else None
                     for r, rd, a in zip(u['raw-sync']['us'], u['raw-read']['us'],
                                         u['advisory']['us'])]
-            for peer, name, t in (('curator', 'Curator', 1.3), ('kazoo', 'kazoo', 1.6)):
-                out.append(('uncontended: (floor/2 + read + advisory) / %s: the most any '
-                            'zklock cycle with the check can reach (target >= %.1f)'
-                            % (name, t), paired(u[peer]['us'], best)))
+            for peer, name in (('curator', 'Curator'), ('kazoo', 'kazoo')):
+                out.append(('uncontended: (floor/2 + read + advisory) / %s: arithmetic, '
+                            'not a bound (counts the delete as free)' % name,
+                            paired(u[peer]['us'], best)))
         for peer, name in (('curator', 'Curator'), ('kazoo', 'kazoo')):
             out.append(('uncontended: zklock (verify off) / %s' % name,
                         u_ratio(u, peer, 'zklock-off')))
@@ -1328,6 +1368,13 @@ def references(res):
                             'from release() call' % (n, 'median' if q == 'p50' else 'p99'),
                             l_ratio(lat, 'zklock-on', 'curator', n, q + '_call', q + '_call')))
     if sem:
+        if 'raw-sem' in sem:
+            for peer, name in (('curator-sem', 'Curator'), ('kazoo-sem', 'kazoo')):
+                out.append(('semaphore: rawzk semaphore / %s: the bound of the protocol '
+                            '(target >= 1.2)' % name,
+                            paired(sem['raw-sem']['rate'], sem[peer]['rate'])))
+            out.append(('semaphore: zklock / rawzk semaphore',
+                        paired(sem['zklock-sem-curator-rw']['rate'], sem['raw-sem']['rate'])))
         z = 'zklock-sem-kazoo'
         out.append(('semaphore: zklock (zklock.protocol = kazoo) / Curator',
                     paired(sem[z]['rate'], sem['curator-sem']['rate'])))
@@ -1639,12 +1686,17 @@ def write_markdown(res, info, path, elapsed, load):
                  'PostgreSQL\'s statements, so where rawzk recipe / Curator is '
                  'below 1.2 (or / kazoo below 1.5) that contended target is out of '
                  'reach for the protocol on this machine in this run. Uncontended, '
-                 'no zklock cycle with the check is shorter than one write round '
-                 'trip (the create), one read round trip (the check) and '
-                 'PostgreSQL\'s statements: floor/2 + read + advisory. rawzk recipe '
-                 'is not a strict bound uncontended (its next create waits for the '
+                 'rawzk recipe alone is not a bound (its next create waits for the '
                  'fsync of the delete it has just sent, where zklock spends that '
-                 'time in PostgreSQL). The handoff latency rows show the same '
+                 'time in PostgreSQL); the bound is rawzk recipe sleeping, right after '
+                 'each delete, this round\'s advisory cycle time (PostgreSQL\'s '
+                 'statements): that is the only place where a zklock cycle\'s '
+                 'PostgreSQL time can overlap ZooKeeper\'s work (the delete\'s '
+                 'fsync), and a sleep takes no CPU from the servers, where '
+                 'PostgreSQL does. Semaphores: rawzk\'s semaphore mode runs zklock\'s '
+                 'Curator-layout semaphore (internal mutex with the own watch, '
+                 'lease, count, the check on the lease) in C, one session per '
+                 'thread. The handoff latency rows show the same '
                  'comparison from the other end of each release.')
         L.append('')
         L.append('| ratio | measured |')
