@@ -38,7 +38,8 @@
  *
  * A search is a few round trips: the records (one listing, their data
  * sent back to back), then for each waiter on the path its queue and the
- * owners of the contenders ahead of it.  It runs at deadlock_timeout and
+ * owners of the contenders ahead of it; a queue is listed, and each of its
+ * nodes read, once per search, however many of its waiters are followed.  It runs at deadlock_timeout and
  * again at growing intervals (a cycle through PostgreSQL's lock manager
  * can close after our first search, and only we can see it); a lock
  * granted at once or within deadlock_timeout costs nothing.
@@ -92,10 +93,31 @@ typedef struct Record
 	ZkwRecord	r;
 } Record;
 
+/*
+ * A queue listed in this search, and its nodes read so far.  Members that
+ * wait in the same queue (a long line of zklock waiters) are followed
+ * from one listing and one read per node: the search then costs requests
+ * in proportion to the queue, not to its square.  Reading a queue once
+ * per search also makes the graph one snapshot of it.
+ */
+typedef struct Queue
+{
+	char	   *parent;
+	bool		gone;			/* the parent no longer exists */
+	int			ncs;
+	ZkrContender *cs;			/* zkr_collect's, names in the search's memory */
+	bool	   *read;			/* per contender: asked already */
+	ZksRc	   *rc;				/* ... the answer: ZKS_OK or ZKS_NONODE */
+	ZksStat    *st;
+	char	  **data;
+} Queue;
+
 typedef struct Search
 {
 	Record	   *records;
 	int			nrecords;
+	Queue		q[MAX_MEMBERS];
+	int			nq;
 	Member		m[MAX_MEMBERS];
 	int			n;
 	ZkwEdge		e[MAX_EDGES];
@@ -418,100 +440,151 @@ parse_owner(const char *data, uint64 *sysid, int *pid)
 	return *pid > 0;
 }
 
+/*
+ * The queue under parent, listed the first time a search meets it; NULL
+ * if it cannot be listed now (s->failed set) or the search is full.
+ */
+static Queue *
+queue_of(Search *s, const char *parent)
+{
+	Queue	   *q;
+	ZksRequest *lreq;
+	char	  **children = NULL;
+	int			nchildren = 0;
+	ZksRc		rc;
+
+	for (int i = 0; i < s->nq; i++)
+		if (strcmp(s->q[i].parent, parent) == 0)
+			return &s->q[i];
+	if (s->nq == MAX_MEMBERS)
+		return NULL;
+
+	lreq = zks_send_children(parent, false);
+	rc = zks_wait(lreq, s->deadline);
+	if (rc == ZKS_OK)
+		children = zks_get_children(lreq, &nchildren);
+	zks_done(lreq);
+	if (rc != ZKS_OK && rc != ZKS_NONODE)
+	{
+		s->failed = true;
+		return NULL;
+	}
+
+	q = &s->q[s->nq++];
+	memset(q, 0, sizeof(Queue));
+	q->parent = pstrdup(parent);
+	q->gone = (rc == ZKS_NONODE);
+	q->cs = palloc(sizeof(ZkrContender) * Max(nchildren, 1));
+	q->ncs = zkr_collect((const char *const *) children, nchildren, q->cs);
+	q->read = palloc0(sizeof(bool) * Max(q->ncs, 1));
+	q->rc = palloc0(sizeof(ZksRc) * Max(q->ncs, 1));
+	q->st = palloc0(sizeof(ZksStat) * Max(q->ncs, 1));
+	q->data = palloc0(sizeof(char *) * Max(q->ncs, 1));
+	return q;
+}
+
+/*
+ * Read the nodes of q at the indexes idx[] not read yet in this search:
+ * their owners (ephemeralOwner) and data, the requests sent back to back.
+ */
+static void
+read_nodes(Search *s, Queue *q, const int *idx, int n)
+{
+	ZksRequest **gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
+
+	PG_TRY();
+	{
+		for (int i = 0; i < n; i++)
+			if (!q->read[idx[i]])
+				gets[i] = zks_send_get(psprintf("%s/%s", q->parent,
+												q->cs[idx[i]].name));
+		for (int i = 0; i < n && !s->failed; i++)
+		{
+			int			c = idx[i];
+			ZksRc		rc;
+			int			len;
+
+			if (gets[i] == NULL)
+				continue;
+			rc = zks_wait(gets[i], s->deadline);
+			if (rc != ZKS_OK && rc != ZKS_NONODE)
+			{
+				s->failed = true;
+				break;
+			}
+			q->read[c] = true;
+			q->rc[c] = rc;
+			if (rc == ZKS_OK)
+			{
+				zks_get_stat(gets[i], &q->st[c]);
+				q->data[c] = zks_get_data(gets[i], &len);
+			}
+		}
+	}
+	PG_FINALLY();
+	{
+		for (int i = 0; i < n; i++)
+			zks_done(gets[i]);
+	}
+	PG_END_TRY();
+}
+
 /* Edges out of waiting member u: the owners of the contenders ahead. */
 static void
 expand(Search *s, int u)
 {
 	const char *node = s->m[u].node;
 	const char *slash = strrchr(node, '/');
-	char	   *parent;
-	ZksRequest *lreq;
-	ZksRequest **gets = NULL;
-	char	  **children;
-	int			nchildren = 0;
-	ZkrContender *cs;
+	Queue	   *q;
 	int64	   *nobody;
 	int		   *ahead;
 	int			nahead;
-	int			ncs;
-	ZksRc		rc;
 
 	if (slash == NULL || slash == node)
 		return;
-	parent = pnstrdup(node, slash - node);
-	lreq = zks_send_children(parent, false);
-	rc = zks_wait(lreq, s->deadline);
-	if (rc == ZKS_OK)
-		children = zks_get_children(lreq, &nchildren);
-	zks_done(lreq);
-	if (rc == ZKS_NONODE)
-		return;					/* its queue is gone: no longer waits */
-	if (rc != ZKS_OK)
-	{
-		s->failed = true;
-		return;
-	}
+	q = queue_of(s, pnstrdup(node, slash - node));
+	if (q == NULL || q->gone)
+		return;					/* (its queue is gone: no longer waits) */
 
-	cs = palloc(sizeof(ZkrContender) * Max(nchildren, 1));
-	ncs = zkr_collect((const char *const *) children, nchildren, cs);
-	nobody = palloc0(sizeof(int64) * Max(ncs, 1));
-	ahead = palloc(sizeof(int) * Max(ncs, 1));
+	nobody = palloc0(sizeof(int64) * Max(q->ncs, 1));
+	ahead = palloc(sizeof(int) * Max(q->ncs, 1));
 	/* by position and mode first; whose they are is asked below */
-	nahead = zkw_blockers(cs, nobody, ncs, slash + 1, s->m[u].mode, -1, ahead);
+	nahead = zkw_blockers(q->cs, nobody, q->ncs, slash + 1, s->m[u].mode, -1,
+						  ahead);
 	if (nahead <= 0)
 		return;					/* granted meanwhile, or gone */
 
-	gets = palloc0(sizeof(ZksRequest *) * nahead);
-	PG_TRY();
+	read_nodes(s, q, ahead, nahead);
+	for (int i = 0; i < nahead && !s->failed; i++)
 	{
-		for (int i = 0; i < nahead; i++)
-			gets[i] = zks_send_get(psprintf("%s/%s", parent, cs[ahead[i]].name));
-		for (int i = 0; i < nahead && !s->failed; i++)
-		{
-			ZksStat		st;
-			char	   *data;
-			int			len;
-			int			v;
-			uint64		sysid;
-			int			pid;
+		int			c = ahead[i];
+		const ZksStat *st = &q->st[c];
+		int			v;
+		uint64		sysid;
+		int			pid;
 
-			rc = zks_wait(gets[i], s->deadline);
-			if (rc == ZKS_NONODE)
-				continue;
-			if (rc != ZKS_OK)
+		if (q->rc[c] != ZKS_OK)
+			continue;
+		if (st->ephemeral_owner == s->m[u].session ||
+			st->ephemeral_owner == 0)
+			continue;			/* our own node, or no session's */
+		v = member(s, st->ephemeral_owner);
+		if (v < 0)
+			continue;
+		add_edge(s, u, v, false);
+		if (!s->m[v].known && parse_owner(q->data[c], &sysid, &pid))
+		{
+			s->m[v].known = true;
+			s->m[v].sysid = sysid;
+			s->m[v].pid = pid;
+			if (!s->m[v].has_record && !s->m[v].queued &&
+				sysid == GetSystemIdentifier() && pid != MyProcPid)
 			{
-				s->failed = true;
-				break;
-			}
-			zks_get_stat(gets[i], &st);
-			if (st.ephemeral_owner == s->m[u].session ||
-				st.ephemeral_owner == 0)
-				continue;		/* our own node, or no session's */
-			data = zks_get_data(gets[i], &len);
-			v = member(s, st.ephemeral_owner);
-			if (v < 0)
-				continue;
-			add_edge(s, u, v, false);
-			if (!s->m[v].known && parse_owner(data, &sysid, &pid))
-			{
-				s->m[v].known = true;
-				s->m[v].sysid = sysid;
-				s->m[v].pid = pid;
-				if (!s->m[v].has_record && !s->m[v].queued &&
-					sysid == GetSystemIdentifier() && pid != MyProcPid)
-				{
-					s->m[v].queued = true;
-					follow_pg_waits(s, v, pid);
-				}
+				s->m[v].queued = true;
+				follow_pg_waits(s, v, pid);
 			}
 		}
 	}
-	PG_FINALLY();
-	{
-		for (int i = 0; i < nahead; i++)
-			zks_done(gets[i]);
-	}
-	PG_END_TRY();
 }
 
 /*

@@ -24,7 +24,10 @@ play the other contenders:
   f  such a node deleted after the grant fails the COMMIT with 40001;
   g  after a dropped connection the check asks with exists again;
   h  the internal mutex of a kazoo-layout semaphore is never granted by
-     the watches alone: a listing comes before the leases are counted.
+     the watches alone: a listing comes before the leases are counted;
+  i  a deadlock search lists a queue once and reads each node ahead once,
+     however many of the waiters ahead it follows (their records make it
+     follow every one).
 
 Every test proves that its race really happened (the hook fired, the
 server answered what the race implies), so that a pass is not vacuous.
@@ -612,3 +615,73 @@ def test_h_kazoo_semaphore_mutex_is_granted_by_a_listing(ctx):
         w.query('COMMIT')
         wait_until(lambda: not ctx.kz.get_children(base), 15,
                    'the lease to go')
+
+
+# ---------------------------------------------------------------------------
+# i: what one deadlock search reads
+# ---------------------------------------------------------------------------
+
+def test_i_deadlock_search_reads_each_queue_once(ctx):
+    """A proxied waiter W queued behind a foreign holder and K zklock
+    waiters, all past deadlock_timeout, so that each has published a wait
+    record and W's search follows every one of them.  The K waiters wait
+    in W's own queue, for contenders W has already met: one search must
+    list that queue once and read each node ahead of W once.  (Listing it
+    again and reading the nodes ahead of every member it followed cost
+    K + K (K + 1) / 2 more requests per search, so that the searches of a
+    queue's waiters together grew as the cube of its length.)"""
+    k = 6
+    res = 'proxy-deadlock-search'
+    waits = ctx.root + '/%waits'
+    with Scene(ctx, 'deadlock-search') as sc:
+        parent = sc.parent(res)
+        f = sc.holder(parent)
+        ahead = []
+        for i in range(k):
+            b = ctx.backend('proxy-dl-ahead-%d' % i)
+            b.query("SET deadlock_timeout = '100ms'")
+            b.query('BEGIN')
+            ahead.append((b, b.submit(LOCK_X, [res, '120 seconds'])))
+            ctx.zi.wait_contenders(res, i + 2)
+        wait_until(lambda: ctx.kz.exists(waits) and
+                   len(ctx.kz.get_children(waits)) >= k, 30,
+                   'the wait records of the %d waiters ahead' % k)
+        w = sc.backend('proxy-dl-tail')
+        w.query("SET deadlock_timeout = '100ms'")
+        w.query('BEGIN')
+        fut = w.submit(LOCK_X, [res, '120 seconds'])
+
+        def searches():
+            return [i for i, r in enumerate(sc.proxy.requests())
+                    if r.op == OP_SYNC and r.path == waits]
+        wait_until(lambda: len(searches()) >= 2, 30,
+                   'two deadlock searches of the waiter at the tail')
+        first, second = searches()[:2]
+        one = sc.proxy.requests()[first:second]
+        records = [r for r in one if r.op == OP_GETDATA and
+                   r.path.startswith(waits + '/')]
+        listed = [r for r in one if r.op in LISTING_OPS and r.path == parent]
+        read = [r.path for r in one if r.op == OP_GETDATA and not r.watch
+                and r.path.startswith(parent + '/')]
+        ctx.figure('i: one search of the waiter behind %d waiters' % k,
+                   '%d records read, queue listed %d times, %d reads of '
+                   '%d nodes ahead' % (len(records), len(listed), len(read),
+                                       len(set(read))))
+        assert len(records) == k + 1, describe(one)
+        assert len(set(read)) == k + 1 and f in read, describe(one)
+        assert len(listed) == 1 and len(read) == k + 1, \
+            'one search listed the queue %d times and read %d nodes ' \
+            '(%d distinct): %s' % (len(listed), len(read), len(set(read)),
+                                   describe(one))
+        assert not fut.done()
+
+        # undo: the tail gives up, the holder goes, the others in turn
+        w.cancel()
+        expect_sqlstate(fut, '57014', 15, 'the cancelled tail waiter')
+        w.query('ROLLBACK')
+        ctx.kz.delete(f)
+        sc.holders.remove(f)
+        for b, lock in ahead:
+            token_of(lock, 30, 'a waiter ahead, in turn')
+            b.query('COMMIT')
+        ctx.zi.wait_contenders(res, 0)
