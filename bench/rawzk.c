@@ -253,16 +253,23 @@ c_done(Contender *c, int rc)
 	pthread_cond_broadcast(&c->cv);
 }
 
+/* a create's reply: the path into dst (c->created or c->lease) */
+static void
+c_created(Contender *c, int rc, const char *value, char *dst, size_t size)
+{
+	pthread_mutex_lock(&c->mu);
+	if (rc == ZOK)
+		snprintf(dst, size, "%s", value);
+	c_done(c, rc);
+	pthread_mutex_unlock(&c->mu);
+}
+
 static void
 c_create_done(int rc, const char *value, const void *data)
 {
 	Contender  *c = (Contender *) data;
 
-	pthread_mutex_lock(&c->mu);
-	if (rc == ZOK)
-		snprintf(c->created, sizeof(c->created), "%s", value);
-	c_done(c, rc);
-	pthread_mutex_unlock(&c->mu);
+	c_created(c, rc, value, c->created, sizeof(c->created));
 }
 
 static void
@@ -270,11 +277,7 @@ c_lease_done(int rc, const char *value, const void *data)
 {
 	Contender  *c = (Contender *) data;
 
-	pthread_mutex_lock(&c->mu);
-	if (rc == ZOK)
-		snprintf(c->lease, sizeof(c->lease), "%s", value);
-	c_done(c, rc);
-	pthread_mutex_unlock(&c->mu);
+	c_created(c, rc, value, c->lease, sizeof(c->lease));
 }
 
 /* the lease list's child watch (semaphore mode) */
