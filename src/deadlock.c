@@ -38,11 +38,12 @@
  *
  * A search is a few round trips: the records (one listing, their data
  * sent back to back), then for each waiter on the path its queue and the
- * owners of the contenders ahead of it; a queue is listed, and each of its
- * nodes read, once per search, however many of its waiters are followed.  It runs at deadlock_timeout and
- * again at growing intervals (a cycle through PostgreSQL's lock manager
- * can close after our first search, and only we can see it); a lock
- * granted at once or within deadlock_timeout costs nothing.
+ * owners of the contenders ahead of it; a queue is listed, and each of
+ * its nodes read, once per search, however many of its waiters are
+ * followed.  It runs at deadlock_timeout and again at growing intervals
+ * (a cycle through PostgreSQL's lock manager can close after our first
+ * search, and only we can see it); a lock granted at once or within
+ * deadlock_timeout costs nothing.
  *
  * src/deadlock.c
  *
