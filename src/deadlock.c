@@ -99,7 +99,13 @@ typedef struct Record
  * wait in the same queue (a long line of zklock waiters) are followed
  * from one listing and one read per node: the search then costs requests
  * in proportion to the queue, not to its square.  Reading a queue once
- * per search also makes the graph one snapshot of it.
+ * per search also makes the graph one snapshot of it.  A waiter whose
+ * node was created after that listing is not followed from it; that
+ * cannot hide a cycle from its victim: the victim published its record
+ * last, every member's node exists before the member's record, and the
+ * records are read before any queue, so every member's node is in every
+ * listing the victim's search takes (a member whose node is gone by then
+ * has left the cycle).
  */
 typedef struct Queue
 {
