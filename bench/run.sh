@@ -4,7 +4,7 @@
 # then run bench/run_bench.py, which starts its own ZooKeeper and PostgreSQL,
 # prints the table and writes bench/results.md and bench/handoffs.png.
 #
-#   make bench                  full run: 3-server ensemble, 5 rounds (~30 min on 2 cores)
+#   make bench                  full run: 3-server ensemble, 5 rounds (~22 min on 2 cores)
 #   make bench QUICK=1          1 round, short measurements
 #   make bench ZK_SERVERS=1     standalone ZooKeeper (default: 3 servers)
 #   make bench ZK_FSYNC=0       ZooKeeper with forceSync=no (default: yes)
