@@ -543,7 +543,7 @@ class Bench:
         not sink the whole bench."""
         for attempt in (1, 2):
             if attempt == 2:
-                # the stalls seen so far lasted 7-8 s (see above)
+                # past such a stall (the client gave up after 6.7 s)
                 time.sleep(10)
             try:
                 s0 = cpu_stat()
