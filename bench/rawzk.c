@@ -45,7 +45,8 @@
  *              time, the rate is the most a zklock cycle with this
  *              protocol can reach uncontended: PostgreSQL's statements
  *              could only sit elsewhere (in series) and use CPU, where
- *              this sleep uses none.  Prints the mean gap slept.
+ *              this sleep uses none (but for its last 100 us, spun so
+ *              that it does not overshoot).  Prints the mean gap slept.
  *              RAWZK_SEM=P (default 0): zklock's semaphore instead of its
  *              lock, in Curator's layout (InterProcessSemaphoreV2): the
  *              lock above on PARENT/locks is only the internal mutex; its
@@ -504,6 +505,23 @@ c_predecessor(Contender *c, int *lower)
 	return 1;
 }
 
+/*
+ * The requests just sent (rc: how the last send went) are answered: take
+ * the mutex back and wait for every reply; false if stopping.
+ */
+static int
+c_replies(Contender *c, int rc, const char *what)
+{
+	if (rc != ZOK)
+		c_fail(c, zerror(rc));
+	pthread_mutex_lock(&c->mu);
+	if (!c_wait(c, c_no_pending))
+		return 0;
+	if (c->failures)
+		c_fail(c, what);
+	return 1;
+}
+
 /* send getChildren(parent) and wait for it (mutex held); false if stopping */
 static int
 c_list(Contender *c)
@@ -514,21 +532,23 @@ c_list(Contender *c)
 	pthread_mutex_unlock(&c->mu);
 	atomic_fetch_add(&listings, 1);
 	rc = zoo_aget_children(c->zh, c->parent, 0, c_children_done, c);
-	if (rc != ZOK)
-		c_fail(c, zerror(rc));
-	pthread_mutex_lock(&c->mu);
-	if (!c_wait(c, c_no_pending))
-		return 0;
-	if (c->failures)
-		c_fail(c, "listing failed");
-	return 1;
+	return c_replies(c, rc, "listing failed");
+}
+
+/* ns from a to b */
+static long
+ns_between(const struct timespec *a, const struct timespec *b)
+{
+	return (b->tv_sec - a->tv_sec) * 1000000000L + (b->tv_nsec - a->tv_nsec);
 }
 
 /*
- * Sleep gap_ns from now, to an absolute deadline (the thread's timer slack
- * is 1 ns, so the kernel does not round the wake-up up by its default
- * 50 us); record how long it really took.
+ * Sleep gap_ns from now: to 100 us before the deadline (the thread's timer
+ * slack is 1 ns, but a wake-up still comes some tens of microseconds late
+ * on this VM), then spin up to it, so that the gap is what was asked and
+ * not more; record how long it really took.
  */
+#define GAP_SPIN_NS 100000L
 static void
 sleep_gap(void)
 {
@@ -537,16 +557,20 @@ sleep_gap(void)
 				t1;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	dl = t0;
-	dl.tv_nsec += gap_ns;
-	dl.tv_sec += dl.tv_nsec / 1000000000L;
-	dl.tv_nsec %= 1000000000L;
-	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &dl, NULL) == EINTR)
-		;
-	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (gap_ns > GAP_SPIN_NS)
+	{
+		dl = t0;
+		dl.tv_nsec += gap_ns - GAP_SPIN_NS;
+		dl.tv_sec += dl.tv_nsec / 1000000000L;
+		dl.tv_nsec %= 1000000000L;
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &dl, NULL) == EINTR)
+			;
+	}
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	while (ns_between(&t0, &t1) < gap_ns);
 	atomic_fetch_add(&gaps, 1);
-	atomic_fetch_add(&gap_total_ns, (t1.tv_sec - t0.tv_sec) * 1000000000L +
-					 (t1.tv_nsec - t0.tv_nsec));
+	atomic_fetch_add(&gap_total_ns, ns_between(&t0, &t1));
 }
 
 /*
@@ -570,13 +594,8 @@ c_acquire(Contender *c, const char *prefix, const char *data)
 					 ZOO_EPHEMERAL_SEQUENTIAL, c_create_done, c);
 	if (rc == ZOK)
 		rc = zoo_aget_children(c->zh, c->parent, 0, c_children_done, c);
-	if (rc != ZOK)
-		c_fail(c, zerror(rc));
-	pthread_mutex_lock(&c->mu);
-	if (!c_wait(c, c_no_pending))
+	if (!c_replies(c, rc, "create or listing failed"))
 		return 0;
-	if (c->failures)
-		c_fail(c, "create or listing failed");
 
 	/* wait for the turn: decide, watch, list again */
 	while (c_predecessor(c, &lower))

@@ -238,6 +238,7 @@ class Bench:
                             (10000, 2 if self.quick else 5, 1 if self.quick else 2)]
         self.ownwatch = args.ownwatch
         self.gap_us = None      # raw-recipe-gap: this round's advisory cycle
+        self.gap_slept = None   # ... and what rawzk reports it slept
         self.results = {'uncontended': {}, 'contended': {}, 'latency': {},
                         'semaphore': {}, 'herd': {},
                         'many': {}, 'arrays': {}, 'memory': {}, 'runs': self.runs,
@@ -580,7 +581,8 @@ class Bench:
         elif impl.endswith('-sem'):
             rate, total, cpu, _ = self.peer(impl[:-4], clients, path, 'semaphore')
         else:
-            rate, total, cpu, _ = self.peer(impl, clients, path)
+            rate, total, cpu, out = self.peer(impl, clients, path)
+            self.gap_slept = out.get('gap_us')
         m1 = self.mntr()
         reqs = self.requests(m0, m1) / total if total else None
         cpu_us = None
@@ -627,7 +629,12 @@ class Bench:
                         for f in ('reqs', 'cpu_client', 'cpu_zk'):
                             res[key][f].append(None)
                         continue
+                self.gap_slept = None
                 rate, reqs, cpu = self.measure(key, 1, path)
+                if key == 'raw-recipe-gap':
+                    res[key].setdefault('gap_asked', []).append(self.gap_us)
+                    res[key].setdefault('gap_slept', []).append(
+                        self.gap_slept if rate else None)
                 res[key]['us'].append(1e6 / rate if rate else None)
                 res[key]['reqs'].append(reqs)
                 res[key]['cpu_client'].append(cpu[0] if cpu else None)
@@ -1696,8 +1703,9 @@ def write_markdown(res, info, path, elapsed, load):
                  'each delete, this round\'s advisory cycle time (PostgreSQL\'s '
                  'statements): that is the only place where a zklock cycle\'s '
                  'PostgreSQL time can overlap ZooKeeper\'s work (the delete\'s '
-                 'fsync), and a sleep takes no CPU from the servers, where '
-                 'PostgreSQL does. Semaphores: rawzk\'s semaphore mode runs zklock\'s '
+                 'fsync), and a sleep takes hardly any CPU from the servers (it '
+                 'spins its last 100 µs so as not to oversleep), where PostgreSQL '
+                 'takes its share. Semaphores: rawzk\'s semaphore mode runs zklock\'s '
                  'Curator-layout semaphore (internal mutex with the own watch, '
                  'lease, count, the check on the lease) in C, one session per '
                  'thread. The handoff latency rows show the same '
@@ -1734,6 +1742,13 @@ def write_markdown(res, info, path, elapsed, load):
                 fmt(v['median_reqs'], '%.2f'), fmt(v['median_cpu_client'], '%.0f'),
                 fmt(v['median_cpu_zk'], '%.0f'),
                 ', '.join(fmt(x, '%.0f') for x in v['us'])))
+        g = u.get('raw-recipe-gap')
+        if g and g.get('gap_slept'):
+            L.append('')
+            L.append('The bound\'s sleep after each delete, per round: asked (that round\'s '
+                     'advisory cycle) / slept on average, µs: %s.'
+                     % ', '.join('%s / %s' % (fmt(a, '%.0f'), fmt(b, '%.0f'))
+                                 for a, b in zip(g['gap_asked'], g['gap_slept'])))
     if u:
         L.append('')
         L.append('Where an uncontended cycle goes, from the medians above (differences of '
