@@ -686,13 +686,17 @@ def test_lock_queue_shows_a_semaphore(ctx):
             b.query('SELECT count(*) FROM zk_lock_queue(%s)', [res])  # connect
             sessions[b.scalar('SELECT session_id FROM zk_status()')] = name
         futs = []
-        for w in ws:
+        lease_parent, mutex_parent = paths(ctx, protocol, res)
+        for i, w in enumerate(ws):
             w.query('BEGIN')
             futs.append(w.submit('SELECT zk_lock_semaphore(%s, 1)', [res]))
-            ctx.wait_state(w)
-        # a waiter shows the wait event during round trips too: wait for
-        # the nodes themselves (Curator's counting waiter has its lease)
-        lease_parent, mutex_parent = paths(ctx, protocol, res)
+            # queued in this order: a waiter shows the wait event during
+            # its first round trips too (kazoo's semaphore node), so wait
+            # for its node on the internal mutex before the next one
+            wait_until(lambda: len(children(ctx, mutex_parent)) == i + 1, 10,
+                       'waiter %d on the internal mutex' % i)
+        # and for the rest of the nodes (Curator's counting waiter has its
+        # lease)
         n_leases = 1 if protocol == 'kazoo' else 2
         wait_until(lambda: len(children(ctx, mutex_parent)) == 2 and
                    len(children(ctx, lease_parent)) == n_leases, 10,
