@@ -57,7 +57,9 @@
  *              Then the mutex's delete is sent without waiting, and the
  *              lease goes through the commit check (sync + exists) and
  *              its delete as above.  Exits with an error if more than P
- *              threads ever hold at once.
+ *              threads ever hold at once.  Prints lease_waits: how many
+ *              times a mutex holder found the leases full and waited
+ *              (lease_waits_at_one: with exactly one too many).
  *              A cycle is a grant, so with several threads cycles are
  *              handoffs; it exits with an error if two threads ever hold
  *              at once.  This is what zklock's protocol costs with nothing
@@ -220,6 +222,8 @@ typedef struct Contender
 static atomic_long grants;
 static atomic_long listings;	/* getChildren sent, the first one included */
 static atomic_long shortcuts;	/* grants on the own-watch rule, no listing */
+static atomic_long lease_waits;	/* semaphore: waits for the lease list to change */
+static atomic_long lease_waits_at_one; /* ... with exactly one lease too many */
 static atomic_int holders;		/* more than one at a time is a bug */
 static atomic_int stopping;
 static int	check_at_commit = 1;
@@ -713,6 +717,9 @@ c_lease(Contender *c, const char *prefix, const char *data)
 			c_fail(c, "lease create or listing failed");
 		if (c->nkids <= sem_permits)
 			break;
+		atomic_fetch_add(&lease_waits, 1);
+		if (c->nkids == sem_permits + 1)
+			atomic_fetch_add(&lease_waits_at_one, 1);
 		if (!c_wait(c, c_lease_fired))
 			return 0;
 		c->lease_event = 0;
@@ -941,9 +948,11 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 	}
 	if (failures)
 		die("recipe", ZSYSTEMERROR);
-	printf("mode=recipe threads=%d check=%d ownwatch=%d sem=%d gap_us=%.1f listings=%ld "
+	printf("mode=recipe threads=%d check=%d ownwatch=%d sem=%d lease_waits=%ld "
+		   "lease_waits_at_one=%ld gap_us=%.1f listings=%ld "
 		   "shortcuts=%ld cycles=%ld total=%ld seconds=%.3f us_per_cycle=%.1f\n",
-		   n, check_at_commit, own_watch, sem_permits,
+		   n, check_at_commit, own_watch, sem_permits, atomic_load(&lease_waits),
+		   atomic_load(&lease_waits_at_one),
 		   atomic_load(&gaps) ? atomic_load(&gap_total_ns) / 1e3 / atomic_load(&gaps) : 0.0,
 		   atomic_load(&listings),
 		   atomic_load(&shortcuts), g1 - g0, atomic_load(&grants),
