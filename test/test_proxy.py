@@ -27,7 +27,9 @@ play the other contenders:
      the watches alone: a listing comes before the leases are counted;
   i  a deadlock search lists a queue once and reads each node ahead once,
      however many of the waiters ahead it follows (their records make it
-     follow every one).
+     follow every one);
+  j  lost locks leave no entry in the watch table: after more lost locks
+     than it has room for, a waiter still sets its own-node watch.
 
 Every test proves that its race really happened (the hook fired, the
 server answered what the race implies), so that a pass is not vacuous.
@@ -685,3 +687,48 @@ def test_i_deadlock_search_reads_each_queue_once(ctx):
             token_of(lock, 30, 'a waiter ahead, in turn')
             b.query('COMMIT')
         ctx.zi.wait_contenders(res, 0)
+
+
+# ---------------------------------------------------------------------------
+# j: the watch table after lost locks
+# ---------------------------------------------------------------------------
+
+def test_j_lost_locks_leave_no_watch_entries(ctx):
+    """The watch table (session_watch.c) holds 256 entries, and a waiter
+    sets its own-node watch only while there is room.  260 times a proxied
+    backend waits behind one foreign holder (so it watches its own node),
+    is granted by the watches, another client deletes its node, and its
+    COMMIT fails with 40001: each lost lock, once acknowledged, must leave
+    the table.  Every round must still set the own-node watch; with the
+    entries of lost locks kept, the table has no room after 255 and the watch
+    is no longer set."""
+    res = 'proxy-lost-entries'
+    rounds = 260
+    with Scene(ctx, 'lost-entries') as sc:
+        parent = sc.parent(res)
+        w = sc.backend('proxy-lost-entries')
+        lock_cycle(ctx, w, res, 'warm-up lock')
+
+        def watched_since(mark, f):
+            got = [r for r in sc.proxy.requests()[mark:]
+                   if r.op == OP_GETDATA and r.watch and r.reply is not None]
+            return got if any(r.path == f for r in got) else None
+
+        for i in range(rounds):
+            mark = len(sc.proxy.requests())
+            f = sc.holder(parent)
+            w.query('BEGIN')
+            fut = w.submit(LOCK_X, [res, '30 seconds'])
+            got = wait_until(lambda: watched_since(mark, f), 15,
+                             'round %d: the watch on the holder' % i,
+                             interval=0.005)
+            own = [r.path for r in got if r.path != f]
+            assert own, ('round %d: no watch on the own node (the watch table '
+                         'is full?): %s' % (i, describe(got)))
+            ctx.kz.delete(f)
+            sc.holders.remove(f)
+            token_of(fut, 15, 'round %d: the grant' % i)
+            ctx.kz.delete(own[0])
+            expect_sqlstate(w.submit('COMMIT'), '40001', 20,
+                            'round %d: COMMIT of the lost lock' % i)
+        ctx.figure('j: lost locks, each with its own-node watch', str(rounds))
