@@ -321,16 +321,23 @@ c_children_done(int rc, const struct String_vector *sv, const void *data)
 	pthread_mutex_unlock(&c->mu);
 }
 
+/* a reply whose outcome the caller reads itself (not a failure count) */
+static void
+c_answered(Contender *c, int *field, int rc)
+{
+	pthread_mutex_lock(&c->mu);
+	*field = rc;
+	c->pending--;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
 static void
 c_exists_done(int rc, const struct Stat *st, const void *data)
 {
 	Contender  *c = (Contender *) data;
 
-	pthread_mutex_lock(&c->mu);
-	c->exists_rc = rc;
-	c->pending--;
-	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->mu);
+	c_answered(c, &c->exists_rc, rc);
 }
 
 static void
@@ -338,11 +345,7 @@ c_own_exists_done(int rc, const struct Stat *st, const void *data)
 {
 	Contender  *c = (Contender *) data;
 
-	pthread_mutex_lock(&c->mu);
-	c->own_exists_rc = rc;
-	c->pending--;
-	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->mu);
+	c_answered(c, &c->own_exists_rc, rc);
 }
 
 static void
@@ -350,11 +353,7 @@ c_sync_done(int rc, const char *value, const void *data)
 {
 	Contender  *c = (Contender *) data;
 
-	pthread_mutex_lock(&c->mu);
-	c->sync_rc = rc;
-	c->pending--;
-	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->mu);
+	c_answered(c, &c->sync_rc, rc);
 }
 
 /*
