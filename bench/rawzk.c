@@ -51,13 +51,16 @@
  *              lock, in Curator's layout (InterProcessSemaphoreV2): the
  *              lock above on PARENT/locks is only the internal mutex; its
  *              holder creates a lease (EPHEMERAL_SEQUENTIAL) under
- *              PARENT/leases and lists the leases with a child watch, back
- *              to back, and holds when they number at most P; otherwise
- *              it waits for the watch and lists again, the mutex kept.
- *              Then the mutex's delete is sent without waiting, and the
- *              lease goes through the commit check (sync + exists) and
- *              its delete as above.  Exits with an error if more than P
- *              threads ever hold at once.  Prints lease_waits: how many
+ *              PARENT/leases and lists the leases, and sends the mutex's
+ *              delete right behind them, all three back to back; it holds
+ *              when they number at most P.  Otherwise it gives the lease
+ *              back, queues on the mutex again and this time lists with a
+ *              child watch and waits for it while there is no room, the
+ *              mutex kept, before it sends the mutex's delete.  The lease
+ *              goes through the commit check (sync + exists) and its
+ *              delete as above.  Exits with an error if more than P
+ *              threads ever hold at once.  Prints requeues (counts with
+ *              no room after the early delete) and lease_waits: how many
  *              times a mutex holder found the leases full and waited
  *              (lease_waits_at_one: with exactly one too many).
  *              A cycle is a grant, so with several threads cycles are
@@ -224,6 +227,7 @@ static atomic_long listings;	/* getChildren sent, the first one included */
 static atomic_long shortcuts;	/* grants on the own-watch rule, no listing */
 static atomic_long lease_waits;	/* semaphore: waits for the lease list to change */
 static atomic_long lease_waits_at_one; /* ... with exactly one lease too many */
+static atomic_long requeues;	/* semaphore: optimistic counts with no room */
 static atomic_int holders;		/* more than one at a time is a bug */
 static atomic_int stopping;
 static int	check_at_commit = 1;
@@ -685,14 +689,18 @@ c_delete_async(Contender *c, const char *path)
 }
 
 /*
- * Semaphore mode, with the mutex (c->created) held: create the lease
- * under c->leases and list the leases with a child watch, back to back;
- * while they number more than the permits, wait for the watch and list
- * again (the mutex kept, as Curator and zklock do); then send the mutex's
- * delete.  Returns 0 when stopping.
+ * Semaphore mode, with the mutex (c->created) held, as zklock does it
+ * (src/semaphore.c).  optimistic: create the lease under c->leases and
+ * list the leases (no watch), and send the mutex's delete right behind
+ * them; when they number more than the permits, give the lease back and
+ * return 2 (the caller queues on the mutex again and comes back with
+ * optimistic = 0).  Otherwise: create and list with a child watch, and
+ * while there is no room, wait for the watch and list again, the mutex
+ * kept (as Curator does); then send the mutex's delete.  Returns 1 when
+ * the lease holds, 0 when stopping.
  */
 static int
-c_lease(Contender *c, const char *prefix, const char *data)
+c_lease(Contender *c, const char *prefix, const char *data, int optimistic)
 {
 	int			rc;
 
@@ -702,12 +710,21 @@ c_lease(Contender *c, const char *prefix, const char *data)
 	pthread_mutex_unlock(&c->mu);
 	rc = zoo_acreate(c->zh, prefix, data, strlen(data), &ZOO_OPEN_ACL_UNSAFE,
 					 ZOO_EPHEMERAL_SEQUENTIAL, c_lease_done, c);
-	if (rc == ZOK)
+	if (rc == ZOK && optimistic)
+		rc = zoo_aget_children(c->zh, c->leases, 0, c_children_done, c);
+	else if (rc == ZOK)
 		rc = zoo_awget_children(c->zh, c->leases, c_lease_watcher, c,
 								c_children_done, c);
 	if (rc != ZOK)
 		c_fail(c, zerror(rc));
 	pthread_mutex_lock(&c->mu);
+	if (optimistic)
+	{
+		/* the mutex's delete, right behind the create and the listing */
+		c_delete_async(c, c->created);
+		c->created[0] = '\0';
+		c->own_armed = 0;
+	}
 	for (;;)
 	{
 		if (!c_wait(c, c_no_pending))
@@ -716,6 +733,13 @@ c_lease(Contender *c, const char *prefix, const char *data)
 			c_fail(c, "lease create or listing failed");
 		if (c->nkids <= sem_permits)
 			break;
+		if (optimistic)
+		{
+			atomic_fetch_add(&requeues, 1);
+			c_delete_async(c, c->lease);
+			c->lease[0] = '\0';
+			return 2;
+		}
 		atomic_fetch_add(&lease_waits, 1);
 		if (c->nkids == sem_permits + 1)
 			atomic_fetch_add(&lease_waits_at_one, 1);
@@ -730,10 +754,13 @@ c_lease(Contender *c, const char *prefix, const char *data)
 			c_fail(c, zerror(rc));
 		pthread_mutex_lock(&c->mu);
 	}
-	/* the mutex only guards the count: let the next one in */
-	c_delete_async(c, c->created);
-	c->created[0] = '\0';
-	c->own_armed = 0;
+	if (!optimistic)
+	{
+		/* the mutex only guards the count: let the next one in */
+		c_delete_async(c, c->created);
+		c->created[0] = '\0';
+		c->own_armed = 0;
+	}
 	return 1;
 }
 
@@ -767,8 +794,16 @@ c_main(void *arg)
 
 		if (!c_acquire(c, prefix, data))
 			break;
-		if (sem_permits > 0 && !c_lease(c, lease_prefix, data))
-			break;
+		if (sem_permits > 0)
+		{
+			int			r = c_lease(c, lease_prefix, data, 1);
+
+			/* no room: queue once more, and keep the mutex this time */
+			if (r == 2 && c_acquire(c, prefix, data))
+				r = c_lease(c, lease_prefix, data, 0);
+			if (r != 1)
+				break;
+		}
 		held = sem_permits > 0 ? c->lease : c->created;
 		if (atomic_fetch_add(&holders, 1) >= most)
 			c_fail(c, sem_permits > 0 ? "more holders than permits" :
@@ -947,10 +982,11 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 	}
 	if (failures)
 		die("recipe", ZSYSTEMERROR);
-	printf("mode=recipe threads=%d check=%d ownwatch=%d sem=%d lease_waits=%ld "
-		   "lease_waits_at_one=%ld gap_us=%.1f listings=%ld "
+	printf("mode=recipe threads=%d check=%d ownwatch=%d sem=%d requeues=%ld "
+		   "lease_waits=%ld lease_waits_at_one=%ld gap_us=%.1f listings=%ld "
 		   "shortcuts=%ld cycles=%ld total=%ld seconds=%.3f us_per_cycle=%.1f\n",
-		   n, check_at_commit, own_watch, sem_permits, atomic_load(&lease_waits),
+		   n, check_at_commit, own_watch, sem_permits, atomic_load(&requeues),
+		   atomic_load(&lease_waits),
 		   atomic_load(&lease_waits_at_one),
 		   atomic_load(&gaps) ? atomic_load(&gap_total_ns) / 1e3 / atomic_load(&gaps) : 0.0,
 		   atomic_load(&listings),

@@ -11,11 +11,19 @@
  * Then:
  *
  * Curator (zklock.protocol curator-rw or curator-mutex): create our lease,
- * EPHEMERAL_SEQUENTIAL under <path>/leases, and list the leases with a
- * child watch (sent back to back: one round trip).  The lease holds when
- * the leases number at most max_holders; otherwise wait for the list to
- * change and count again.  An observer can see max_holders + 1 leases
- * meanwhile: the last one is still counting, not holding.
+ * EPHEMERAL_SEQUENTIAL under <path>/leases, and list the leases (sent back
+ * to back: one round trip).  The lease holds when the leases number at
+ * most max_holders.  zklock sends the internal mutex's delete right
+ * behind the create and the listing (optimistically: one fsync carries
+ * both writes, and the next waiter's turn starts a round trip sooner);
+ * when the count then shows no room, it gives the lease back and queues
+ * on the mutex again, and this time, as Curator always does, keeps the
+ * mutex while it waits for the lease list (a child watch) to change.  So
+ * an acquisition makes at most one such extra round, and waiters never
+ * keep leases that hold each other out (which waiting without the mutex
+ * could: two waiting leases alone can exceed max_holders).  An observer
+ * can see more than max_holders leases meanwhile: the newest are still
+ * counting, not holding.
  *
  * kazoo: list the children of <path> with a child watch; when fewer than
  * max_holders, create our lease there (plain EPHEMERAL, named by random
@@ -23,14 +31,23 @@
  * records max_holders as decimal text, as kazoo's _ensure_path does; a
  * different number recorded there is an error, as kazoo raises one.
  *
- * Why never more than max_holders: only the mutex holder creates (kazoo)
- * or counts (Curator), and the server that answers its count has applied
- * every change the previous mutex holder made before releasing, so every
- * lease granted before is in the count.  Curator: the count is read after
- * our own lease create, a write, on the same session (ZooKeeper applies a
- * session's requests in order, every server applies transactions in zxid
- * order).  kazoo: the count is read before our create, so it relies on
- * how the mutex was granted: by a reply (the listing after the
+ * Why never more than max_holders.  Curator: a lease holds only if the
+ * listing read after its own create, on the same session, counted at
+ * most max_holders.  ZooKeeper applies a session's requests in order and
+ * every server applies transactions in zxid order, so that listing shows
+ * every lease created before ours that still exists.  Of the leases held
+ * at any moment, the newest one counted all the others (they were
+ * created before it and exist still), so they are at most max_holders.
+ * The argument needs neither the mutex nor a fresh server (a stale one
+ * can only show leases already gone, which makes us count more, never
+ * less): the early release of the mutex cannot break it, and Curator's
+ * clients, which hold the mutex while they count, see our leases as they
+ * see their own.
+ *
+ * kazoo: only the mutex holder creates, and it counts before it creates,
+ * so its count must come from a server that has applied every change the
+ * previous mutex holder made before releasing: the mutex is released only
+ * after the lease exists, and granted by a reply (the listing after the
  * predecessor's deletion, or the create when the mutex was free) whose
  * zxid is past that deletion.  libzookeeper reconnects only to a server
  * that has applied its session's last zxid, and it takes that zxid from
@@ -172,7 +189,12 @@ list_leases(ZkaAttempt *a, int *n, ZksEventMark *seen)
 	}
 }
 
-/* Curator: create the lease, then count. */
+/*
+ * Curator, while we hold the internal mutex and mean to keep it until the
+ * count says we hold: create the lease and list the leases with a child
+ * watch (back to back), and wait for the list to change while there is
+ * no room.
+ */
 static bool
 lease_counted_after_create(ZkaAttempt *a, int max_holders)
 {
@@ -205,6 +227,43 @@ lease_counted_after_create(ZkaAttempt *a, int max_holders)
 	}
 }
 
+/*
+ * Curator, the optimistic round (see the top of the file): create the
+ * lease and list the leases (no watch: nothing waits on this listing),
+ * and send the internal mutex's delete right behind them, so that one
+ * round trip (one fsync) carries the lease and hands the mutex on.
+ * Returns whether the count left room; if not, the caller gives the
+ * lease back.
+ */
+static bool
+lease_counted_mutex_released(ZkaAttempt *a, ZkaAttempt *m, int max_holders)
+{
+	int			n;
+	char	  **children;
+	ZksEventMark seen;
+
+	a->create_mode = ZKS_EPHEMERAL_SEQUENTIAL;
+	a->list_after_create = true;
+	a->watch_listing = false;
+	zka_send_create(a);
+	zka_abandon(m);				/* the mutex's delete, behind the create */
+	zka_complete_create(a);
+
+	children = list_leases(a, &n, &seen);
+	switch (zkr_semaphore_decide((const char *const *) children, n,
+								 a->name, max_holders))
+	{
+		case ZKR_SEM_HELD:
+			return true;
+		case ZKR_SEM_MISSING:
+			zka_vanished_error(a);
+			break;
+		case ZKR_SEM_WAIT:
+			break;
+	}
+	return false;
+}
+
 /* kazoo: count, then create the lease if there is room. */
 static bool
 lease_counted_before_create(ZkaAttempt *a, int max_holders)
@@ -230,36 +289,51 @@ lease_counted_before_create(ZkaAttempt *a, int max_holders)
 	}
 }
 
-bool
-zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
+/*
+ * Name this round's nodes: the lease (in a) and the internal mutex (m,
+ * begun here with a's deadline), both with a fresh UUID, so that a node
+ * of an earlier round, whose delete may still be on its way, is never
+ * taken for ours when a lost create reply is looked for by prefix.
+ */
+static void
+begin_round(ZkaAttempt *a, ZkaAttempt *m, const char *path)
 {
 	ZkrProtocol protocol = (ZkrProtocol) zklock_protocol;
-	char	   *path = psprintf("%s/%s", zklock_root, relpath);
 	char		uuid[ZKR_UUID_LEN + 1];
 	char		prefix[ZKR_MAX_PREFIX_BYTES];
 	char	   *parent;
-	ZkaAttempt	m;
-	volatile bool held = false;
 
-	/* semaphore waits are not followed by deadlock detection (above) */
-	a->follow_deadlocks = false;
 	zka_new_uuid(uuid);
 	part_names(ZKR_SEM_LEASE, path, uuid, &parent, prefix);
 	zka_set_node(a, parent, prefix);
 
 	/* the internal mutex: an exclusive lock with the same deadline */
-	zka_begin(&m, a->resource, ZKR_MODE_EXCLUSIVE, a->try_only, -1);
-	m.msg_mode = ZKR_MODE_SEMAPHORE;
-	m.follow_deadlocks = false;
-	m.deadline = a->deadline;
-	m.deadline_ms = a->deadline_ms;
-	m.by_lock_timeout = a->by_lock_timeout;
+	zka_begin(m, a->resource, ZKR_MODE_EXCLUSIVE, a->try_only, -1);
+	m->msg_mode = ZKR_MODE_SEMAPHORE;
+	m->follow_deadlocks = false;
+	m->deadline = a->deadline;
+	m->deadline_ms = a->deadline_ms;
+	m->by_lock_timeout = a->by_lock_timeout;
 	part_names(ZKR_SEM_MUTEX, path, uuid, &parent, prefix);
-	zka_set_node(&m, parent, prefix);
+	zka_set_node(m, parent, prefix);
 	/* kazoo counts before it creates: see the top of this file */
-	m.grant_by_listing = !zkr_semaphore_counts_after_create(protocol);
+	m->grant_by_listing = !zkr_semaphore_counts_after_create(protocol);
+}
 
-	if (!zkr_semaphore_counts_after_create(protocol))
+bool
+zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
+{
+	ZkrProtocol protocol = (ZkrProtocol) zklock_protocol;
+	bool		curator = zkr_semaphore_counts_after_create(protocol);
+	char	   *path = psprintf("%s/%s", zklock_root, relpath);
+	ZkaAttempt	m;
+	volatile bool held = false;
+
+	/* semaphore waits are not followed by deadlock detection (above) */
+	a->follow_deadlocks = false;
+	begin_round(a, &m, path);
+
+	if (!curator)
 		ensure_kazoo_node(a, path, max_holders);
 
 	PG_TRY();
@@ -267,10 +341,26 @@ zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
 		bool		mutex = zka_run_queue(&m);
 
 		a->waited = m.waited;
-		if (mutex)
-			held = zkr_semaphore_counts_after_create(protocol) ?
-				lease_counted_after_create(a, max_holders) :
-				lease_counted_before_create(a, max_holders);
+		if (mutex && !curator)
+			held = lease_counted_before_create(a, max_holders);
+		else if (mutex)
+		{
+			held = lease_counted_mutex_released(a, &m, max_holders);
+			if (!held && !a->try_only)
+			{
+				/*
+				 * No room: give the lease back (it counted, so it goes
+				 * before we queue again), and queue on the mutex anew,
+				 * this time keeping it while we wait, as Curator does.
+				 * One such round at most per acquisition.
+				 */
+				zka_abandon(a);
+				begin_round(a, &m, path);
+				(void) zka_run_queue(&m);	/* not a try: true or ERROR */
+				a->waited = true;
+				held = lease_counted_after_create(a, max_holders);
+			}
+		}
 	}
 	PG_CATCH();
 	{

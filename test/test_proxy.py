@@ -29,7 +29,11 @@ play the other contenders:
      however many of the waiters ahead it follows (their records make it
      follow every one);
   j  lost locks leave no entry in the watch table: after more lost locks
-     than it has room for, a waiter still sets its own-node watch.
+     than it has room for, a waiter still sets its own-node watch;
+  k  a Curator-layout semaphore sends its internal mutex's delete right
+     behind its lease's create, before the create's reply;
+  l  ... and when that count finds no room, gives the lease back and
+     queues on the mutex once more, keeping it this time while it waits.
 
 Every test proves that its race really happened (the hook fired, the
 server answered what the race implies), so that a pass is not vacuous.
@@ -732,3 +736,131 @@ def test_j_lost_locks_leave_no_watch_entries(ctx):
             expect_sqlstate(w.submit('COMMIT'), '40001', 20,
                             'round %d: COMMIT of the lost lock' % i)
         ctx.figure('j: lost locks, each with its own-node watch', str(rounds))
+
+
+# ---------------------------------------------------------------------------
+# k: a semaphore's internal mutex goes with the lease's create
+# ---------------------------------------------------------------------------
+
+def test_k_semaphore_mutex_delete_rides_with_the_lease_create(ctx):
+    """A Curator-layout semaphore sends its internal mutex's delete right
+    behind its lease's create and the listing that counts, without
+    waiting for the create's reply: one round trip (and one fsync) both
+    takes the lease and lets the next waiter in.  The proxy holds the
+    lease create's reply, and so every later reply, for HOLD s; the
+    mutex's delete must reach it meanwhile, on the same connection."""
+    res = 'proxy-sem-early'
+    base = '%s/%s' % (ctx.root, res)
+    lease_parent, mutex_parent = base + '/leases', base + '/locks'
+    hold = 2.0
+    with Scene(ctx, 'sem-early') as sc:
+        w = sc.backend('proxy-sem-early')
+        w.query('BEGIN')
+        token_of(w.submit('SELECT zk_lock_semaphore(%s, 2)', [res]), 15,
+                 'the warm-up lease')
+        w.query('COMMIT')
+        held = []
+
+        def hook(req):
+            if (req.op in zkproxy.CREATE_OPS and not held and
+                    (req.path or '').startswith(lease_parent + '/')):
+                held.append(req)
+                sc.proxy.on_reply(req.cid, req.xid, delay=hold)
+        mark = len(sc.proxy.requests())
+        sc.proxy.hook = hook
+        w.query('BEGIN')
+        token_of(w.submit('SELECT zk_lock_semaphore(%s, 2)', [res]), 15,
+                 'the lease')
+        sc.proxy.hook = None
+        assert held, 'no lease create seen'
+        create = held[0]
+        assert create.reply is not None, 'the create was not answered'
+        deletes = [r for r in sc.proxy.requests()[mark:]
+                   if r.op == OP_DELETE and
+                   (r.path or '').startswith(mutex_parent + '/')]
+        assert deletes, 'no delete of the internal mutex: %s' % describe(
+            sc.proxy.requests()[mark:])
+        d = deletes[0]
+        assert d.cid == create.cid and d.seq > create.seq, (d, create)
+        # the reply left the proxy `hold` s after it came from the server
+        assert d.time < create.reply.time + hold / 2, (
+            'the internal mutex was deleted %.2f s after the lease create was '
+            'answered (the reply was held %.1f s): it waited for the reply'
+            % (d.time - create.reply.time, hold))
+        ctx.log('k: mutex delete sent %.1f ms after the lease create, '
+                'its reply held %.1f s' % ((d.time - create.time) * 1000,
+                                           hold))
+        w.query('COMMIT')
+        wait_until(lambda: not ctx.kz.get_children(lease_parent) and
+                   not ctx.kz.get_children(mutex_parent), 15,
+                   'the lease and the mutex to go')
+
+
+# ---------------------------------------------------------------------------
+# l: ... and with no room, one more round that keeps the mutex
+# ---------------------------------------------------------------------------
+
+def test_l_semaphore_without_room_queues_again_once(ctx):
+    """The other side of k: the count that follows the early mutex delete
+    finds no room (a foreign lease fills a semaphore of 1).  The waiter
+    gives that lease back and queues on the internal mutex again, and
+    this round, as Curator always does, keeps the mutex while it waits for
+    the lease list to change: exactly one extra round (two lease creates,
+    one lease delete, two mutex creates, one mutex delete while waiting),
+    never a loop.  Once the foreign lease goes it holds, and lets the
+    mutex go."""
+    res = 'proxy-sem-full'
+    base = '%s/%s' % (ctx.root, res)
+    lease_parent, mutex_parent = base + '/leases', base + '/locks'
+    with Scene(ctx, 'sem-full') as sc:
+        w = sc.backend('proxy-sem-full')
+        w.query('BEGIN')
+        token_of(w.submit('SELECT zk_lock_semaphore(%s, 1)', [res]), 15,
+                 'the warm-up lease')
+        w.query('COMMIT')
+        wait_until(lambda: not ctx.kz.get_children(lease_parent), 15,
+                   'the warm-up lease to go')
+        f = ctx.kz.create(lease_parent + '/_c_%s-lease-' % uuid.uuid4(),
+                          b'zklock test_proxy: foreign lease',
+                          ephemeral=True, sequence=True)
+        sc.holders.append(f)
+        mark = len(sc.proxy.requests())
+
+        def mine(op, parent):
+            return [r for r in sc.proxy.requests()[mark:]
+                    if r.op in op and (r.path or '').startswith(parent + '/')]
+
+        def waiting():
+            return [r for r in sc.proxy.requests()[mark:]
+                    if r.op in LISTING_OPS and r.path == lease_parent
+                    and r.watch and r.reply is not None]
+        w.query('BEGIN')
+        fut = w.submit('SELECT zk_lock_semaphore(%s, 1, %s)',
+                       [res, '60 seconds'])
+        wait_until(waiting, 15, 'a watched listing of the leases')
+        time_waiting = time.monotonic()
+        creates = mine(zkproxy.CREATE_OPS, lease_parent)
+        mutexes = mine(zkproxy.CREATE_OPS, mutex_parent)
+        assert len(creates) == 2 and len(mutexes) == 2, describe(
+            sc.proxy.requests()[mark:])
+        first = creates[0].reply.path
+        assert [r.path for r in mine((OP_DELETE,), lease_parent)] == \
+            [first], describe(sc.proxy.requests()[mark:])
+        assert [r.path for r in mine((OP_DELETE,), mutex_parent)] == \
+            [mutexes[0].reply.path], describe(sc.proxy.requests()[mark:])
+        second = mutexes[1].reply.path
+        assert ctx.kz.exists(second), 'the mutex is not kept while waiting'
+        assert not fut.done()
+        ctx.kz.delete(f)
+        sc.holders.remove(f)
+        token_of(fut, 15, 'the lease, once the foreign one went')
+        wait_until(lambda: not ctx.kz.exists(second), 15,
+                   'the mutex to go once the lease holds')
+        assert len(mine(zkproxy.CREATE_OPS, lease_parent)) == 2
+        assert len(mine(zkproxy.CREATE_OPS, mutex_parent)) == 2
+        ctx.log('l: waited %.2f s with the mutex kept'
+                % (time.monotonic() - time_waiting))
+        w.query('COMMIT')
+        wait_until(lambda: not ctx.kz.get_children(lease_parent) and
+                   not ctx.kz.get_children(mutex_parent), 15,
+                   'the lease and the mutex to go')

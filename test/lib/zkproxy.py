@@ -41,8 +41,9 @@ What a test can do (all thread-safe):
     rule (on_reply), and return None (forward as is) or a Verdict
     (forward other bytes instead, drop the connection before or after
     forwarding);
-  * on_reply(cid, xid, ...): rewrite the err of the reply to that xid,
-    strip its body, swallow it, and/or drop the connection once it came;
+  * on_reply(cid, xid, ...): hold the reply to that xid for a while,
+    rewrite its err, strip its body, swallow it, and/or drop the
+    connection once it came;
   * drop(cid): end a connection as a network failure would, the client
     still receiving what was already sent to it;
   * stop(): close everything.
@@ -268,13 +269,14 @@ class Verdict:
 
 
 class _ReplyRule:
-    __slots__ = ('err', 'strip_body', 'swallow', 'drop')
+    __slots__ = ('err', 'strip_body', 'swallow', 'drop', 'delay')
 
-    def __init__(self, err, strip_body, swallow, drop):
+    def __init__(self, err, strip_body, swallow, drop, delay):
         self.err = err
         self.strip_body = strip_body
         self.swallow = swallow
         self.drop = drop
+        self.delay = delay
 
 
 # ---------------------------------------------------------------------------
@@ -643,6 +645,9 @@ class ZkProxy:
                 payload, rule, rep = self._handle_reply(conn, payload,
                                                         first)
                 first = False
+                if rule is not None and rule.delay:
+                    # everything the server sends after it waits too
+                    time.sleep(rule.delay)
                 if payload is not None:
                     try:
                         conn.client.sendall(frame(payload))
@@ -740,9 +745,10 @@ class ZkProxy:
         return [r for r in reps if cid is None or r.cid == cid]
 
     def on_reply(self, cid, xid, err=None, strip_body=False, swallow=False,
-                 drop=False):
+                 drop=False, delay=0.0):
         """Act on the server's reply to `xid` on connection `cid`, once:
-        deliver it with `err` in place of the server's (and, with
+        hold it (and so everything the server sends after it) for `delay`
+        seconds; deliver it with `err` in place of the server's (and, with
         strip_body, without its body, as a server's error reply is), or
         swallow it; then, with drop, end the connection (see drop()).
 
@@ -750,7 +756,8 @@ class ZkProxy:
         or the reply may have passed already."""
         conn = self.connection(cid)
         with conn.lock:
-            conn.rules[xid] = _ReplyRule(err, strip_body, swallow, drop)
+            conn.rules[xid] = _ReplyRule(err, strip_body, swallow, drop,
+                                         delay)
 
     def drop(self, cid, reason='dropped by the test'):
         """End a connection as a network failure would: the server sees it
