@@ -190,6 +190,23 @@ list_leases(ZkaAttempt *a, int *n, ZksEventMark *seen)
 }
 
 /*
+ * Curator: list the leases (or take the listing in flight) and count.
+ * True when ours is among at most max_holders; ERROR when it is gone.
+ */
+static bool
+counted_with_room(ZkaAttempt *a, int max_holders, ZksEventMark *seen)
+{
+	int			n;
+	char	  **children = list_leases(a, &n, seen);
+	ZkrSemDecision d = zkr_semaphore_decide((const char *const *) children,
+											n, a->name, max_holders);
+
+	if (d == ZKR_SEM_MISSING)
+		zka_vanished_error(a);
+	return d == ZKR_SEM_HELD;
+}
+
+/*
  * Curator, while we hold the internal mutex and mean to keep it until the
  * count says we hold: create the lease and list the leases with a child
  * watch (back to back), and wait for the list to change while there is
@@ -205,26 +222,13 @@ lease_counted_after_create(ZkaAttempt *a, int max_holders)
 	a->watch_listing = !a->try_only;
 	zka_create_node(a);			/* leaves the listing in a->lreq */
 
-	for (;;)
+	while (!counted_with_room(a, max_holders, &seen))
 	{
-		int			n;
-		char	  **children = list_leases(a, &n, &seen);
-
-		switch (zkr_semaphore_decide((const char *const *) children, n,
-									 a->name, max_holders))
-		{
-			case ZKR_SEM_HELD:
-				return true;
-			case ZKR_SEM_MISSING:
-				zka_vanished_error(a);
-				break;
-			case ZKR_SEM_WAIT:
-				if (a->try_only)
-					return false;
-				break;
-		}
+		if (a->try_only)
+			return false;
 		await_change(a, seen);
 	}
+	return true;
 }
 
 /*
@@ -238,8 +242,6 @@ lease_counted_after_create(ZkaAttempt *a, int max_holders)
 static bool
 lease_counted_mutex_released(ZkaAttempt *a, ZkaAttempt *m, int max_holders)
 {
-	int			n;
-	char	  **children;
 	ZksEventMark seen;
 
 	a->create_mode = ZKS_EPHEMERAL_SEQUENTIAL;
@@ -248,20 +250,7 @@ lease_counted_mutex_released(ZkaAttempt *a, ZkaAttempt *m, int max_holders)
 	zka_send_create(a);
 	zka_abandon(m);				/* the mutex's delete, behind the create */
 	zka_complete_create(a);
-
-	children = list_leases(a, &n, &seen);
-	switch (zkr_semaphore_decide((const char *const *) children, n,
-								 a->name, max_holders))
-	{
-		case ZKR_SEM_HELD:
-			return true;
-		case ZKR_SEM_MISSING:
-			zka_vanished_error(a);
-			break;
-		case ZKR_SEM_WAIT:
-			break;
-	}
-	return false;
+	return counted_with_room(a, max_holders, &seen);
 }
 
 /* kazoo: count, then create the lease if there is room. */

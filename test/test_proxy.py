@@ -742,6 +742,22 @@ def test_j_lost_locks_leave_no_watch_entries(ctx):
 # k: a semaphore's internal mutex goes with the lease's create
 # ---------------------------------------------------------------------------
 
+def warm_semaphore(ctx, sc, res, permits):
+    """A proxied backend that has taken and given back one lease of the
+    Curator-layout semaphore res (its session and the parents exist);
+    returned with the semaphore's lease and mutex parents."""
+    base = '%s/%s' % (ctx.root, res)
+    lease_parent, mutex_parent = base + '/leases', base + '/locks'
+    w = sc.backend(res)
+    w.query('BEGIN')
+    token_of(w.submit('SELECT zk_lock_semaphore(%s, %s)', [res, permits]),
+             15, 'the warm-up lease')
+    w.query('COMMIT')
+    wait_until(lambda: not ctx.kz.get_children(lease_parent), 15,
+               'the warm-up lease to go')
+    return w, lease_parent, mutex_parent
+
+
 def test_k_semaphore_mutex_delete_rides_with_the_lease_create(ctx):
     """A Curator-layout semaphore sends its internal mutex's delete right
     behind its lease's create and the listing that counts, without
@@ -750,15 +766,9 @@ def test_k_semaphore_mutex_delete_rides_with_the_lease_create(ctx):
     lease create's reply, and so every later reply, for HOLD s; the
     mutex's delete must reach it meanwhile, on the same connection."""
     res = 'proxy-sem-early'
-    base = '%s/%s' % (ctx.root, res)
-    lease_parent, mutex_parent = base + '/leases', base + '/locks'
     hold = 2.0
     with Scene(ctx, 'sem-early') as sc:
-        w = sc.backend('proxy-sem-early')
-        w.query('BEGIN')
-        token_of(w.submit('SELECT zk_lock_semaphore(%s, 2)', [res]), 15,
-                 'the warm-up lease')
-        w.query('COMMIT')
+        w, lease_parent, mutex_parent = warm_semaphore(ctx, sc, res, 2)
         held = []
 
         def hook(req):
@@ -810,16 +820,8 @@ def test_l_semaphore_without_room_queues_again_once(ctx):
     never a loop.  Once the foreign lease goes it holds, and lets the
     mutex go."""
     res = 'proxy-sem-full'
-    base = '%s/%s' % (ctx.root, res)
-    lease_parent, mutex_parent = base + '/leases', base + '/locks'
     with Scene(ctx, 'sem-full') as sc:
-        w = sc.backend('proxy-sem-full')
-        w.query('BEGIN')
-        token_of(w.submit('SELECT zk_lock_semaphore(%s, 1)', [res]), 15,
-                 'the warm-up lease')
-        w.query('COMMIT')
-        wait_until(lambda: not ctx.kz.get_children(lease_parent), 15,
-                   'the warm-up lease to go')
+        w, lease_parent, mutex_parent = warm_semaphore(ctx, sc, res, 1)
         f = ctx.kz.create(lease_parent + '/_c_%s-lease-' % uuid.uuid4(),
                           b'zklock test_proxy: foreign lease',
                           ephemeral=True, sequence=True)
