@@ -284,7 +284,10 @@ zkq_queue(const char *relpath, int *n)
 	 * A semaphore: its leases hold, and the waiters queue on the internal
 	 * mutex.  The mutex's holder is the one counting the leases; in
 	 * Curator's layout its own lease already exists while it counts, so
-	 * that lease is not shown as holding.
+	 * that lease is not shown as holding.  A zklock client counts its
+	 * first lease after letting the mutex go (semaphore.c): nothing in
+	 * ZooKeeper tells that lease from a holding one, so for that round
+	 * trip it is shown as holding (README says so).
 	 */
 	for (int j = leases.first; j < leases.first + leases.count; j++)
 		q[j].holding = true;

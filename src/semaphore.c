@@ -22,8 +22,8 @@
  * an acquisition makes at most one such extra round, and waiters never
  * keep leases that hold each other out (which waiting without the mutex
  * could: two waiting leases alone can exceed max_holders).  An observer
- * can see more than max_holders leases meanwhile: the newest are still
- * counting, not holding.
+ * can see more than max_holders leases meanwhile: some belong to clients
+ * still counting, or giving their lease back.
  *
  * kazoo: list the children of <path> with a child watch; when fewer than
  * max_holders, create our lease there (plain EPHEMERAL, named by random
@@ -207,28 +207,24 @@ counted_with_room(ZkaAttempt *a, int max_holders, ZksEventMark *seen)
 }
 
 /*
- * Curator, while we hold the internal mutex and mean to keep it until the
- * count says we hold: create the lease and list the leases with a child
- * watch (back to back), and wait for the list to change while there is
- * no room.
+ * Curator, the round after a count with no room (never a try's): holding
+ * the internal mutex and keeping it until the count says we hold, create
+ * the lease and list the leases with a child watch (back to back), and
+ * wait for the list to change while there is no room.
  */
-static bool
+static void
 lease_counted_after_create(ZkaAttempt *a, int max_holders)
 {
 	ZksEventMark seen = zks_event_mark();
 
+	Assert(!a->try_only);
 	a->create_mode = ZKS_EPHEMERAL_SEQUENTIAL;
 	a->list_after_create = true;
-	a->watch_listing = !a->try_only;
+	a->watch_listing = true;
 	zka_create_node(a);			/* leaves the listing in a->lreq */
 
 	while (!counted_with_room(a, max_holders, &seen))
-	{
-		if (a->try_only)
-			return false;
 		await_change(a, seen);
-	}
-	return true;
 }
 
 /*
@@ -315,26 +311,26 @@ zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
 	ZkrProtocol protocol = (ZkrProtocol) zklock_protocol;
 	bool		curator = zkr_semaphore_counts_after_create(protocol);
 	char	   *path = psprintf("%s/%s", zklock_root, relpath);
-	ZkaAttempt	m;
+	ZkaAttempt *m = palloc0(sizeof(ZkaAttempt));	/* changed in PG_TRY */
 	volatile bool held = false;
 
 	/* semaphore waits are not followed by deadlock detection (above) */
 	a->follow_deadlocks = false;
-	begin_round(a, &m, path);
+	begin_round(a, m, path);
 
 	if (!curator)
 		ensure_kazoo_node(a, path, max_holders);
 
 	PG_TRY();
 	{
-		bool		mutex = zka_run_queue(&m);
+		bool		mutex = zka_run_queue(m);
 
-		a->waited = m.waited;
+		a->waited = m->waited;
 		if (mutex && !curator)
 			held = lease_counted_before_create(a, max_holders);
 		else if (mutex)
 		{
-			held = lease_counted_mutex_released(a, &m, max_holders);
+			held = lease_counted_mutex_released(a, m, max_holders);
 			if (!held && !a->try_only)
 			{
 				/*
@@ -344,10 +340,11 @@ zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
 				 * One such round at most per acquisition.
 				 */
 				zka_abandon(a);
-				begin_round(a, &m, path);
-				(void) zka_run_queue(&m);	/* not a try: true or ERROR */
+				begin_round(a, m, path);
+				(void) zka_run_queue(m);	/* not a try: true or ERROR */
 				a->waited = true;
-				held = lease_counted_after_create(a, max_holders);
+				lease_counted_after_create(a, max_holders);
+				held = true;
 			}
 		}
 	}
@@ -355,7 +352,7 @@ zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
 	{
 		/* the lease goes before the mutex, so the next one counts less */
 		zka_abandon(a);
-		zka_abandon(&m);
+		zka_abandon(m);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -363,6 +360,6 @@ zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
 	/* held or not, the mutex is only for counting: let the next one in */
 	if (!held)
 		zka_abandon(a);
-	zka_abandon(&m);
+	zka_abandon(m);
 	return held;
 }

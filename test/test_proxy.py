@@ -744,10 +744,15 @@ def test_j_lost_locks_leave_no_watch_entries(ctx):
 
 def warm_semaphore(ctx, sc, res, permits):
     """A proxied backend that has taken and given back one lease of the
-    Curator-layout semaphore res (its session and the parents exist);
-    returned with the semaphore's lease and mutex parents."""
+    Curator-layout semaphore res (its session is open); returned with the
+    semaphore's lease and mutex parents.  The parents are made here as
+    plain persistent nodes (see Scene.parent): as zklock's CONTAINER
+    nodes, the server could reap them whenever they are empty."""
     base = '%s/%s' % (ctx.root, res)
     lease_parent, mutex_parent = base + '/leases', base + '/locks'
+    for path in (lease_parent, mutex_parent):
+        ctx.kz.ensure_path(path)
+    sc.parents += [lease_parent, mutex_parent, base]
     w = sc.backend(res)
     w.query('BEGIN')
     token_of(w.submit('SELECT zk_lock_semaphore(%s, %s)', [res, permits]),
@@ -779,9 +784,13 @@ def test_k_semaphore_mutex_delete_rides_with_the_lease_create(ctx):
         mark = len(sc.proxy.requests())
         sc.proxy.hook = hook
         w.query('BEGIN')
+        t0 = time.monotonic()
         token_of(w.submit('SELECT zk_lock_semaphore(%s, 2)', [res]), 15,
                  'the lease')
+        took = time.monotonic() - t0
         sc.proxy.hook = None
+        assert took >= hold, ('the lease came in %.2f s: the proxy did not '
+                              'hold the reply %.1f s' % (took, hold))
         assert held, 'no lease create seen'
         create = held[0]
         assert create.reply is not None, 'the create was not answered'
