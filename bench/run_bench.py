@@ -57,7 +57,8 @@ Parts (--only takes a comma-separated list of these names):
                pgbench -c 16, zklock.protocol curator-rw and kazoo), Curator
                InterProcessSemaphoreV2, kazoo Semaphore, and rawzk's
                semaphore mode (RAWZK_SEM: zklock's curator-rw semaphore
-               protocol with the check in C, 16 threads: the bound).
+               protocol with the check in C, the mutex let go behind the
+               lease's create, 16 threads: the bound).
   herd         N = 2, 16, 64 zklock waiters queued on one lock, released one
                by one: watch notifications the server delivers per release
                (mntr zk_sum_node_{created,deleted,changed,children}_watch_count
@@ -1730,8 +1731,10 @@ def write_markdown(res, info, path, elapsed, load):
                  'fsync), and a sleep takes hardly any CPU from the servers (it '
                  'spins its last 100 µs so as not to oversleep), where PostgreSQL '
                  'takes its share. Semaphores: rawzk\'s semaphore mode runs zklock\'s '
-                 'Curator-layout semaphore (internal mutex with the own watch, '
-                 'lease, count, the check on the lease) in C, one session per '
+                 'Curator-layout semaphore (internal mutex with the own watch; '
+                 'lease and count with the mutex\'s delete right behind them, '
+                 'and a second round that keeps the mutex when there was no '
+                 'room; the check on the lease) in C, one session per '
                  'thread. The handoff latency rows show the same '
                  'comparison from the other end of each release.')
         L.append('')
