@@ -196,8 +196,9 @@ extern void zkr_mark_holding(ZkrQueued *q, int n);
 
 /*
  * Counting semaphores (Curator InterProcessSemaphoreV2, kazoo Semaphore).
- * Both take an internal mutex (an exclusive lock) first; only its holder
- * counts the leases, so one waiter at a time watches the lease list.
+ * Both take an internal mutex (an exclusive lock) first; only a client
+ * that has held it counts the leases, and only its holder waits on the
+ * lease list, so one waiter at a time watches it (semaphore.c).
  *
  *	 layout    internal mutex (lock parent)   leases (parent, node name)
  *	 curator   <path>/locks, "_c_<uuid>-lock-" <path>/leases, "_c_<uuid>-lease-"
@@ -236,8 +237,9 @@ typedef enum ZkrSemDecision
 } ZkrSemDecision;
 
 /*
- * Curator's rule, applied by the holder of the internal mutex after it
- * created its lease self: held when the lease parent's children (all of
+ * Curator's rule, applied after creating the lease self, on a listing of
+ * the same session (zklock's first count comes right after it let the
+ * internal mutex go): held when the lease parent's children (all of
  * them, whatever their names, as Curator counts) number at most
  * max_holders.
  */

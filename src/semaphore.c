@@ -5,10 +5,11 @@
  *	  and kazoo's Semaphore, built from the steps of acquire.c.
  *
  * Both recipes take an internal mutex first -- an ordinary exclusive lock,
- * run by zka_run_queue on its own parent -- and only its holder looks at
- * the leases.  So the waiters queue on the mutex, each watching its
- * predecessor, and one waiter at a time watches the lease list: no herd.
- * Then:
+ * run by zka_run_queue on its own parent -- and only a client that has
+ * held it counts the leases (in Curator's layout zklock counts once right
+ * after letting it go, see below).  So the waiters queue on the mutex,
+ * each watching its predecessor, and one waiter at a time (the mutex's
+ * holder) watches the lease list: no herd.  Then:
  *
  * Curator (zklock.protocol curator-rw or curator-mutex): create our lease,
  * EPHEMERAL_SEQUENTIAL under <path>/leases, and list the leases (sent back
