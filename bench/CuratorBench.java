@@ -22,6 +22,12 @@
  *              median and p99 (nearest rank) in microseconds.
  *   semaphore  InterProcessSemaphoreV2 with LEASES (default 3) leases,
  *              acquire()+returnLease() loop; a cycle is an acquisition.
+ *   tail       the mutex loop; every cycle started inside the window is
+ *              written to the file named by BENCH_TAIL_FILE as a line
+ *              "START_NS END_NS" (System.nanoTime(), CLOCK_MONOTONIC:
+ *              before acquire() and after release() returns), and the
+ *              sessions' reconnects (RECONNECTED and LOST states) are
+ *              counted: adds reconnects= to the line.
  *
  * Prints one line:
  *   clients=16 cycles=12345 total=15000 seconds=5.000 per_second=2469.0 us_per_cycle=405.0
@@ -43,6 +49,7 @@ import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.state.ConnectionState;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
 public class CuratorBench {
@@ -59,7 +66,7 @@ public class CuratorBench {
     public static void main(String[] args) throws Exception {
         if (args.length < 5 || args.length > 7) {
             System.err.println("usage: CuratorBench HOSTS PATH CLIENTS WARMUP_S SECONDS "
-                               + "[mutex|latency|semaphore [LEASES]]");
+                               + "[mutex|latency|tail|semaphore [LEASES]]");
             System.exit(2);
         }
         final String hosts = args[0];
@@ -70,7 +77,8 @@ public class CuratorBench {
         final String mode = args.length > 5 ? args[5] : "mutex";
         final int leases = args.length > 6 ? Integer.parseInt(args[6]) : 3;
         final boolean latency = mode.equals("latency");
-        if (!mode.equals("mutex") && !latency && !mode.equals("semaphore")) {
+        final boolean tail = mode.equals("tail");
+        if (!mode.equals("mutex") && !latency && !tail && !mode.equals("semaphore")) {
             System.err.println("CuratorBench: unknown mode " + mode);
             System.exit(2);
         }
@@ -78,6 +86,7 @@ public class CuratorBench {
         final AtomicLong releases = new AtomicLong();
         final AtomicBoolean stop = new AtomicBoolean();
         final AtomicLong errors = new AtomicLong();
+        final AtomicLong reconnects = new AtomicLong();
         final List<CuratorFramework> clients = new ArrayList<>();
         for (int i = 0; i < n; i++) {
             CuratorFramework c = CuratorFrameworkFactory.builder()
@@ -89,11 +98,15 @@ public class CuratorBench {
             c.start();
             if (!c.blockUntilConnected(15, TimeUnit.SECONDS))
                 throw new RuntimeException("no session with " + hosts);
+            c.getConnectionStateListenable().addListener((cf, st) -> {
+                if (st == ConnectionState.RECONNECTED || st == ConnectionState.LOST)
+                    reconnects.incrementAndGet();
+            });
             clients.add(c);
         }
 
         // latency mode: per thread, [acquired, release call, release return]
-        final long[][] rec = new long[latency ? n : 0][];
+        final long[][] rec = new long[latency || tail ? n : 0][];
         final int[] nrec = new int[n];
         final CountDownLatch ready = new CountDownLatch(n);
         final CountDownLatch go = new CountDownLatch(1);
@@ -101,7 +114,7 @@ public class CuratorBench {
         for (int i = 0; i < n; i++) {
             final int id = i;
             final CuratorFramework client = clients.get(i);
-            if (latency)
+            if (latency || tail)
                 rec[i] = new long[3 * MAX_RECORDS];
             Thread t = new Thread(() -> {
                 ready.countDown();
@@ -118,8 +131,18 @@ public class CuratorBench {
                     }
                     InterProcessMutex mutex = new InterProcessMutex(client, path);
                     while (!stop.get()) {
+                        long s = System.nanoTime();
                         mutex.acquire();
-                        if (latency) {
+                        if (tail) {
+                            mutex.release();
+                            long e = System.nanoTime();
+                            int k = nrec[id];
+                            if (k < MAX_RECORDS) {
+                                rec[id][3 * k] = s;
+                                rec[id][3 * k + 1] = e;
+                                nrec[id] = k + 1;
+                            }
+                        } else if (latency) {
                             long a = System.nanoTime();
                             long c = System.nanoTime();
                             mutex.release();
@@ -169,6 +192,16 @@ public class CuratorBench {
         double secs = (t1 - t0) / 1e9;
         long cycles = c1 - c0;
         String extra = "";
+        if (tail) {
+            try (java.io.PrintWriter w = new java.io.PrintWriter(
+                     new java.io.BufferedWriter(new java.io.FileWriter(System.getenv("BENCH_TAIL_FILE"))))) {
+                for (int i = 0; i < n; i++)
+                    for (int k = 0; k < nrec[i]; k++)
+                        if (rec[i][3 * k] >= t0 && rec[i][3 * k] <= t1)
+                            w.println(rec[i][3 * k] + " " + rec[i][3 * k + 1]);
+            }
+            extra = " reconnects=" + reconnects.get();
+        }
         if (latency) {
             // the grants acquired inside the window, in acquire order
             List<long[]> g = new ArrayList<>();

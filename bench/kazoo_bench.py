@@ -20,6 +20,11 @@ After WARMUP_S seconds the cycles are counted for SECONDS.  MODE:
              return: median and p99 (nearest rank), microseconds.
   semaphore  kazoo.recipe.lock.Semaphore with max_leases=LEASES (default
              3), acquire()+release() loop; a cycle is an acquisition.
+  tail       the lock loop; every cycle started inside the window is
+             written to the file named by BENCH_TAIL_FILE as a line
+             "START_NS END_NS" (time.monotonic_ns(), CLOCK_MONOTONIC:
+             before acquire() and after release() returns), and the
+             sessions' suspensions are counted: adds reconnects=.
 
 Prints:
     clients=16 cycles=12345 total=15000 seconds=5.000 per_second=2469.0 us_per_cycle=405.0
@@ -51,6 +56,12 @@ def worker(hosts, path, mode, leases, counter, ready, go, stop, failed, records)
         from kazoo.recipe.lock import Lock, Semaphore
         kz = KazooClient(hosts=hosts, timeout=10)
         kz.start(timeout=15)
+        lost = [0]
+
+        def listener(state):
+            if state != 'CONNECTED':        # SUSPENDED or LOST
+                lost[0] += 1
+        kz.add_listener(listener)
         if mode == 'semaphore':
             lock = Semaphore(kz, path, 'kazoo-bench', max_leases=leases)
         else:
@@ -60,8 +71,13 @@ def worker(hosts, path, mode, leases, counter, ready, go, stop, failed, records)
         go.wait()
         mono = time.monotonic
         while not stop.is_set():
+            s = time.monotonic_ns()
             lock.acquire()
-            if mode == 'latency':
+            if mode == 'tail':
+                lock.release()
+                if len(rec) < MAX_RECORDS:
+                    rec.append((s, time.monotonic_ns()))
+            elif mode == 'latency':
                 a = mono()
                 c = mono()
                 lock.release()
@@ -74,13 +90,17 @@ def worker(hosts, path, mode, leases, counter, ready, go, stop, failed, records)
                 counter.value += 1
         kz.stop()
         kz.close()
-        if mode == 'latency':
+        if mode == 'tail':
+            records.put((rec, lost[0]))
+        elif mode == 'latency':
             records.put(rec)
     except BaseException as e:          # report, and let the parent fail
         failed.value += 1
         print('kazoo_bench worker: %r' % e, file=sys.stderr)
         ready.release()
-        if mode == 'latency':
+        if mode == 'tail':
+            records.put(([], 0))
+        elif mode == 'latency':
             records.put([])
 
 
@@ -93,7 +113,7 @@ def main():
     warmup, seconds = float(sys.argv[4]), float(sys.argv[5])
     mode = sys.argv[6] if len(sys.argv) > 6 else 'lock'
     leases = int(sys.argv[7]) if len(sys.argv) > 7 else 3
-    if mode not in ('lock', 'latency', 'semaphore'):
+    if mode not in ('lock', 'latency', 'tail', 'semaphore'):
         raise SystemExit('kazoo_bench: unknown mode %s' % mode)
 
     ctx = mp.get_context('fork')
@@ -123,7 +143,17 @@ def main():
         sys.stdin.readline()
     stop.set()
     grants = []
-    if mode == 'latency':
+    reconnects = 0
+    if mode == 'tail':
+        w0, w1 = int(t0 * 1e9), int(t1 * 1e9)
+        with open(os.environ['BENCH_TAIL_FILE'], 'w') as f:
+            for _ in range(n):
+                rec, lost = records.get(timeout=60)
+                reconnects += lost
+                for s, e in rec:
+                    if w0 <= s <= w1:
+                        f.write('%d %d\n' % (s, e))
+    elif mode == 'latency':
         # read before joining: a process with a full pipe would not exit
         for _ in range(n):
             grants += [g for g in records.get(timeout=60) if t0 <= g[0] <= t1]
@@ -135,6 +165,8 @@ def main():
         raise SystemExit('kazoo_bench: %d client(s) failed' % failed.value)
     secs, cycles = t1 - t0, c1 - c0
     extra = ''
+    if mode == 'tail':
+        extra = ' reconnects=%d' % reconnects
     if mode == 'latency':
         grants.sort()
         pairs = list(zip(grants, grants[1:]))

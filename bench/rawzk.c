@@ -63,6 +63,12 @@
  *              no room after the early delete) and lease_waits: how many
  *              times a mutex holder found the leases full and waited
  *              (lease_waits_at_one: with exactly one too many).
+ *              RAWZK_TAIL_FILE=F: every cycle started inside the window is
+ *              written to F as "START_NS END_NS" (CLOCK_MONOTONIC: before
+ *              the create, after the delete is sent, as a zklock COMMIT
+ *              returns), and the sessions' reconnects are counted
+ *              (printed as reconnects=).  rawzk sends no reply nudge: it
+ *              shows the protocol as the server treats it.
  *              A cycle is a grant, so with several threads cycles are
  *              handoffs; it exits with an error if two threads ever hold
  *              at once.  This is what zklock's protocol costs with nothing
@@ -109,6 +115,15 @@ static int connected = 0;
 static int pending = 0;			/* replies awaited in pipelined mode */
 static int outstanding_deletes = 0;
 static int failures = 0;
+
+static long
+ns_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
 
 static double
 now(void)
@@ -220,7 +235,15 @@ typedef struct Contender
 	char	  **kids;			/* last listing (malloc'd copies) */
 	int			nkids;
 	int			outstanding_deletes;
+	long	   *tail;			/* RAWZK_TAIL_FILE: start, end ns per cycle */
+	long		ntail;
+	int			reconnects;		/* CONNECTED events after the first */
+	int			ever_connected;
 } Contender;
+
+/* RAWZK_TAIL_FILE: cycles recorded per thread, at most */
+#define TAIL_MAX (1 << 20)
+static const char *tail_file = NULL;
 
 static atomic_long grants;
 static atomic_long listings;	/* getChildren sent, the first one included */
@@ -247,6 +270,12 @@ c_session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ct
 	if (type != ZOO_SESSION_EVENT || c == NULL)
 		return;
 	pthread_mutex_lock(&c->mu);
+	if (state == ZOO_CONNECTED_STATE)
+	{
+		if (c->ever_connected)
+			c->reconnects++;
+		c->ever_connected = 1;
+	}
 	c->connected = (state == ZOO_CONNECTED_STATE) ? 1 :
 		(state == ZOO_EXPIRED_SESSION_STATE ? -1 : 0);
 	pthread_cond_broadcast(&c->cv);
@@ -791,6 +820,7 @@ c_main(void *arg)
 	while (!atomic_load(&stopping))
 	{
 		const char *held;
+		long		started = tail_file ? ns_now() : 0;
 
 		if (!c_acquire(c, prefix, data))
 			break;
@@ -842,6 +872,12 @@ c_main(void *arg)
 		holding = 0;
 		/* the own watch, if armed, fires at this delete: ignored */
 		c_delete_async(c, held);
+		if (tail_file && c->ntail < TAIL_MAX)
+		{
+			c->tail[2 * c->ntail] = started;
+			c->tail[2 * c->ntail + 1] = ns_now();
+			c->ntail++;
+		}
 		c->created[0] = '\0';
 		c->lease[0] = '\0';
 		c->own_armed = 0;
@@ -886,6 +922,7 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 		gap_ns = (long) (atof(getenv("RAWZK_GAP_US")) * 1000.0);
 	if (getenv("RAWZK_SEM"))
 		sem_permits = atoi(getenv("RAWZK_SEM"));
+	tail_file = getenv("RAWZK_TAIL_FILE");
 	if (sem_permits > 0)
 	{
 		/* Curator's semaphore layout: PARENT/locks, PARENT/leases */
@@ -910,6 +947,11 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 
 		c->id = i;
 		c->hosts = hosts;
+		if (tail_file && (c->tail = malloc(2 * TAIL_MAX * sizeof(long))) == NULL)
+		{
+			perror("malloc");
+			return 1;
+		}
 		c->parent = mutex_parent ? mutex_parent : parent;
 		if (lease_parent)
 			snprintf(c->leases, sizeof(c->leases), "%s", lease_parent);
@@ -982,6 +1024,29 @@ run_recipe(const char *hosts, const char *parent, double warmup, double seconds)
 	}
 	if (failures)
 		die("recipe", ZSYSTEMERROR);
+	if (tail_file)
+	{
+		/* the cycles started inside the window, and the reconnects */
+		FILE	   *f = fopen(tail_file, "w");
+		long		w0 = (long) (t_start * 1e9),
+					w1 = (long) (t_end * 1e9);
+		int			reconnects = 0;
+
+		if (f == NULL)
+		{
+			perror(tail_file);
+			return 1;
+		}
+		for (int i = 0; i < n; i++)
+		{
+			reconnects += cs[i].reconnects;
+			for (long k = 0; k < cs[i].ntail; k++)
+				if (cs[i].tail[2 * k] >= w0 && cs[i].tail[2 * k] <= w1)
+					fprintf(f, "%ld %ld\n", cs[i].tail[2 * k], cs[i].tail[2 * k + 1]);
+		}
+		fclose(f);
+		printf("reconnects=%d ", reconnects);
+	}
 	printf("mode=recipe threads=%d check=%d ownwatch=%d sem=%d requeues=%ld "
 		   "lease_waits=%ld lease_waits_at_one=%ld gap_us=%.1f listings=%ld "
 		   "shortcuts=%ld cycles=%ld total=%ld seconds=%.3f us_per_cycle=%.1f\n",

@@ -20,7 +20,7 @@ all alike); every figure the median over the rounds and every ratio the
 median of the per-round ratios; host CPU steal recorded (/proc/stat).
 QUICK=1: 1 round, 2 s measurements, fewer array and memory cycles.
 
-Time: about 22 minutes on this 2-core VM.  To stay under ~35 minutes
+Time: about 22 minutes on this 2-core VM, plus 28 for the tail part.  To stay under ~35 minutes
 with five rounds on three servers, the default run measures 3 s per figure
 (4 s per handoff-latency figure) after a 1 s warm-up (2 s for Curator's
 JIT), leaves out the reference-only uncontended rows (rawzk pipelined and
@@ -75,6 +75,16 @@ Parts (--only takes a comma-separated list of these names):
   memory       VmRSS of a backend (/proc/<pg_backend_pid()>/status): open
                session, 10,000 held locks, after their release; before and
                after 50,000 lock cycles (DO loop with COMMIT per cycle).
+  tail         the tail of the lock cycle (issue 27), 1 client and 16 on
+               one lock: zklock (pgbench with a per-transaction log, default
+               settings: the reply nudge on) for --tail-seconds (600: the
+               issue's 10-minute runs), rawzk recipe (no nudge), Curator
+               InterProcessMutex and kazoo Lock for --tail-peer-seconds
+               (120).  Per cycle (lock call to release return): p50, p99,
+               p99.9, max; at 16, the interval between consecutive releases
+               (one handoff and one hold: a stalled handoff shows here);
+               connections that timed out (zklock: libzookeeper's "timed
+               out" lines in the server log) or reconnected (the peers).
 
 Writes results.md and handoffs.png (gnuplot: handoffs per second against N,
 and handoff latency) into bench/ (or --out), raw numbers in
@@ -124,6 +134,27 @@ def log(msg):
 def median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
+
+
+def nearest_rank(sorted_xs, p):
+    """Nearest-rank percentile of a sorted list (p in 0..1)."""
+    k = max(0, min(len(sorted_xs) - 1, int(math.ceil(p * len(sorted_xs))) - 1))
+    return sorted_xs[k]
+
+
+def tail_stats(recs, n):
+    """p50, p99, p99.9 and max (ms) of the cycles (start_ns, end_ns) and,
+    with more than one client, of the interval between consecutive
+    releases (ends, in order)."""
+    def q(xs):
+        xs = sorted(xs)
+        return {'p50': nearest_rank(xs, 0.5), 'p99': nearest_rank(xs, 0.99),
+                'p999': nearest_rank(xs, 0.999), 'max': xs[-1]}
+    out = {'cycles': len(recs), 'cycle': q([(e - s) / 1e6 for s, e in recs])}
+    if n > 1 and len(recs) > 1:
+        ends = sorted(e for _, e in recs)
+        out['gap'] = q([(b - a) / 1e6 for a, b in zip(ends, ends[1:])])
+    return out
 
 
 def descendants(pid):
@@ -238,11 +269,16 @@ class Bench:
         self.array_cases = [(100, 5 if self.quick else 20, 2 if self.quick else 5),
                             (10000, 2 if self.quick else 5, 1 if self.quick else 2)]
         self.ownwatch = args.ownwatch
+        # tail part (issue 27): zklock's and the peers' windows at each N
+        self.tail_clients = [1, 16]
+        self.tail_secs = 30 if self.quick else args.tail_seconds
+        self.tail_peer_secs = 20 if self.quick else args.tail_peer_seconds
         self.gap_us = None      # raw-recipe-gap: this round's advisory cycle
         self.gap_slept = None   # ... and what rawzk reports it slept
         self.results = {'uncontended': {}, 'contended': {}, 'latency': {},
                         'semaphore': {}, 'herd': {},
-                        'many': {}, 'arrays': {}, 'memory': {}, 'runs': self.runs,
+                        'many': {}, 'arrays': {}, 'memory': {}, 'tail': {},
+                        'runs': self.runs,
                         'seconds': self.secs, 'lat_seconds': self.lat_secs,
                         'ownwatch': self.ownwatch}
         self.zk = None
@@ -537,33 +573,23 @@ class Bench:
     def measure(self, impl, clients, path=None):
         """One run of one implementation: (rate, requests per cycle,
         (client CPU, ZooKeeper CPU) us per cycle).  A run that fails or
-        counts no cycle at all is logged and tried once more (on the 3-server
-        ensemble a client's session on a follower now and then gets no
-        answer for seconds, whichever implementation it is: the second try
-        comes 10 s later, after such a stall); if the second
-        try fails too, it counts as missing (None), so one broken peer does
-        not sink the whole bench."""
-        for attempt in (1, 2):
-            if attempt == 2:
-                # past such a stall (the client gave up after 6.7 s)
-                time.sleep(10)
-            try:
-                s0 = cpu_stat()
-                out = self._measure(impl, clients, path)
-                if not out[0]:
-                    raise RuntimeError('no cycle completed in the measured window')
-                st = steal_percent(s0, cpu_stat())
-                if st is not None:
-                    self.steal.append(st)
-                return out
-            except Exception as e:
-                log('%s with %d client(s) FAILED (try %d of 2): %s'
-                    % (impl, clients, attempt, e))
-                self.failures.append('%s, %d client(s)%s: %s'
-                                     % (impl, clients,
-                                        ' (tried again)' if attempt == 1 else
-                                        ' (second try: left out)',
-                                        str(e).splitlines()[0]))
+        counts no cycle at all is a finding: logged, listed in the report's
+        "Failed measurements" and left out of the medians (None), never
+        tried again (issue 27: such windows were ZooKeeper 3.8.0's lost
+        wake-up, retried away for a year)."""
+        try:
+            s0 = cpu_stat()
+            out = self._measure(impl, clients, path)
+            if not out[0]:
+                raise RuntimeError('no cycle completed in the measured window')
+            st = steal_percent(s0, cpu_stat())
+            if st is not None:
+                self.steal.append(st)
+            return out
+        except Exception as e:
+            log('%s with %d client(s) FAILED: %s' % (impl, clients, e))
+            self.failures.append('%s, %d client(s): %s'
+                                 % (impl, clients, str(e).splitlines()[0]))
         return None, None, None
 
     def _measure(self, impl, clients, path=None):
@@ -789,26 +815,23 @@ class Bench:
             for n in self.latency_clients:
                 for key, label, path in self.LATENCY:
                     s0 = cpu_stat()
-                    for attempt in (1, 2):
-                        try:
-                            if key == 'zklock-on':
-                                out = self.zklock_latency(n, path, self.lat_secs)
-                            else:
-                                out = self.peer(key, n, path + '-%d' % n, 'latency',
-                                                self.lat_secs)[3]
-                            if out.get('overlaps'):
-                                raise RuntimeError('%d grants before the previous release'
-                                                   % out['overlaps'])
-                            if not out.get('handoffs'):
-                                raise RuntimeError('no handoff in the measured window')
-                            break
-                        except Exception as e:
-                            log('latency %s with %d client(s) FAILED (try %d of 2): %s'
-                                % (key, n, attempt, e))
-                            self.failures.append('latency %s, %d client(s)%s: %s' % (
-                                key, n, ' (tried again)' if attempt == 1 else
-                                ' (second try: left out)', str(e).splitlines()[0]))
-                            out = {}
+                    try:
+                        if key == 'zklock-on':
+                            out = self.zklock_latency(n, path, self.lat_secs)
+                        else:
+                            out = self.peer(key, n, path + '-%d' % n, 'latency',
+                                            self.lat_secs)[3]
+                        if out.get('overlaps'):
+                            raise RuntimeError('%d grants before the previous release'
+                                               % out['overlaps'])
+                        if not out.get('handoffs'):
+                            raise RuntimeError('no handoff in the measured window')
+                    except Exception as e:
+                        # a finding, not tried again (see measure())
+                        log('latency %s with %d client(s) FAILED: %s' % (key, n, e))
+                        self.failures.append('latency %s, %d client(s): %s' % (
+                            key, n, str(e).splitlines()[0]))
+                        out = {}
                     st = steal_percent(s0, cpu_stat())
                     if st is not None:
                         self.steal.append(st)
@@ -1114,6 +1137,105 @@ class Bench:
             conn.close()
         self.results['arrays'] = res
 
+    # -- tail latency (issue 27) ---------------------------------------------
+
+    TAIL = [
+        ('zklock', 'zklock (pgbench; the reply nudge on, as by default)', None),
+        ('raw-recipe', 'rawzk recipe (zklock\'s protocol in C, no nudge)',
+         '/rawzk-tail'),
+        ('curator', 'Curator InterProcessMutex', '/curator-bench/tail'),
+        ('kazoo', 'kazoo Lock', '/kazoo-bench/tail'),
+    ]
+
+    def part_tail(self):
+        """Each implementation once per N, its every cycle recorded; a
+        window with no cycle, or a run that fails, is a failure the report
+        shows (not tried again: a stall is what this part looks for)."""
+        res = self.results['tail']
+        res['secs'], res['peer_secs'] = self.tail_secs, self.tail_peer_secs
+        for n in self.tail_clients:
+            for key, label, path in self.TAIL:
+                secs = self.tail_secs if key == 'zklock' else self.tail_peer_secs
+                row = res.setdefault(key, {'label': label})
+                try:
+                    recs, lost = self._tail_run(key, n, path, secs)
+                    if not recs:
+                        raise RuntimeError('no cycle completed in the measured window')
+                    row[n] = tail_stats(recs, n)
+                    row[n]['lost'] = lost
+                    row[n]['seconds'] = secs
+                except Exception as e:
+                    log('tail %s with %d client(s) FAILED: %s' % (key, n, e))
+                    self.failures.append('tail %s, %d client(s): %s'
+                                         % (key, n, str(e).splitlines()[0]))
+                    row[n] = None
+                    continue
+                st = row[n]
+                log('tail N=%-2d %-10s %7d cycles  p50 %.1f  p99 %.1f  p99.9 %.1f  '
+                    'max %.1f ms%s  connections lost %d'
+                    % (n, key, st['cycles'], st['cycle']['p50'], st['cycle']['p99'],
+                       st['cycle']['p999'], st['cycle']['max'],
+                       '  release interval p99.9 %.1f max %.1f ms'
+                       % (st['gap']['p999'], st['gap']['max']) if st.get('gap') else '',
+                       lost))
+
+    def _tail_run(self, key, n, path, secs):
+        """([(start_ns, end_ns), ...] of the cycles started in the window,
+        connections lost or timed out)."""
+        out_dir = os.path.join(self.work, 'tail-%s-%d' % (key, n))
+        os.makedirs(out_dir, exist_ok=True)
+        harness.chown_to_pg_user(out_dir)
+        if key != 'zklock':
+            f = os.path.join(out_dir, 'cycles')
+            env_key = 'RAWZK_TAIL_FILE' if key.startswith('raw-') else 'BENCH_TAIL_FILE'
+            old = os.environ.get(env_key)
+            os.environ[env_key] = f
+            try:
+                out = self.peer(key, n, path + '-%d' % n,
+                                None if key.startswith('raw-') else 'tail', secs)[3]
+            finally:
+                if old is None:
+                    del os.environ[env_key]
+                else:
+                    os.environ[env_key] = old
+            with open(f) as fh:
+                recs = [tuple(int(x) for x in line.split()) for line in fh if line.strip()]
+            return recs, int(out.get('reconnects') or 0)
+        # zklock: pgbench, every transaction logged (its end, epoch us, and
+        # its latency); the window starts after the warm-up
+        offset = self.pg.log_size()
+        script = os.path.join(out_dir, 'cycle.sql')
+        with open(script, 'w') as fh:
+            fh.write("BEGIN;\nSELECT zk_lock_exclusive('bench-tail-%d');\nCOMMIT;\n" % n)
+        os.chmod(script, 0o644)
+        warm = self.warmup
+        cmd = harness.as_pg_user([
+            PGBENCH, '-n', '-h', '127.0.0.1', '-p', str(self.pg.port),
+            '-U', 'postgres', '-c', str(n), '-j', str(min(n, 2)),
+            '-T', str(warm + secs), '-l', '--log-prefix',
+            os.path.join(out_dir, 'tx'), '-f', script, 'postgres'])
+        r = subprocess.run(cmd, cwd=out_dir, capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL, timeout=warm + secs + 300)
+        if r.returncode != 0:
+            raise RuntimeError('pgbench failed (status %d):\n%s%s'
+                               % (r.returncode, r.stdout, r.stderr))
+        recs = []
+        for name in os.listdir(out_dir):
+            if not name.startswith('tx'):
+                continue
+            with open(os.path.join(out_dir, name)) as fh:
+                for line in fh:
+                    # client_id transaction_no time script_no time_epoch time_us
+                    p = line.split()
+                    end = int(p[4]) * 1000000000 + int(p[5]) * 1000
+                    recs.append((end - int(p[2]) * 1000, end))
+        if recs:
+            t0 = min(a for a, _ in recs) + int(warm * 1e9)
+            recs = [x for x in recs if x[0] >= t0]
+        lost = sum(1 for line in self.pg.log_since(offset).splitlines()
+                   if re.search(r'ZOO_ERROR.*timed out', line))
+        return recs, lost
+
     def part_memory(self):
         """RSS of a fresh backend before and after mem_cycles lock cycles
         (the 10,000-held-locks figures come from part_many's backend)."""
@@ -1240,14 +1362,36 @@ def l_ratio(lat, a, b, n, fa, fb):
     return paired(lat[a][fa][n], lat[b][fb][n])
 
 
+def tail_targets(res, out):
+    """Issue 27's targets: zklock's cycle p99.9 at most 2x Curator's, its
+    maximum (cycle, and release interval at 16) at most 150 ms, no
+    connection lost, over the tail part's windows."""
+    t = res.get('tail') or {}
+    z, c = t.get('zklock') or {}, t.get('curator') or {}
+    for n in (1, 16):
+        zs, cs = z.get(n), c.get(n)
+        if not zs:
+            continue
+        ratio = zs['cycle']['p999'] / cs['cycle']['p999'] if cs else None
+        out.append(('tail N=%d: zklock p99.9 / Curator p99.9 <= 2' % n, ratio,
+                    ratio is not None and ratio <= 2))
+        worst = max(zs['cycle']['max'], (zs.get('gap') or {}).get('max', 0))
+        out.append(('tail N=%d: zklock max (cycle, release interval) <= 150 ms' % n,
+                    worst, worst <= 150))
+        out.append(('tail N=%d: zklock connections timed out = 0' % n, zs['lost'],
+                    zs['lost'] == 0))
+
+
 def targets(res):
     """(label, measured value, met) for every target of issue 18, then the
-    arrays (issue 17), many-locks and memory checks that stay."""
+    arrays (issue 17), many-locks and memory checks that stay, then the
+    tail (issue 27)."""
     u = res['uncontended']
     c = res['contended']
     lat = res.get('latency') or {}
     sem = res.get('semaphore') or {}
     out = []
+    tail_targets(res, out)
 
     def at_least(label, x, bound):
         out.append((label, x, x is not None and x >= bound))
@@ -2028,12 +2172,55 @@ def write_markdown(res, info, path, elapsed, load):
                  '%.0f µs per cycle inside PostgreSQL, verify on).'
                  % (mem['cycles'] // 5, ', '.join(str(x) for x in mem['cycle_series_kb']),
                     mem['bytes_per_cycle'], mem['cycle_us_in_do']))
+    tail = res.get('tail') or {}
+    if any(isinstance(v, dict) and any(isinstance(k, int) for k in v)
+           for v in tail.values()):
+        L.append('')
+        L.append('## Tail latency (issue 27)')
+        L.append('')
+        L.append('One run per implementation and N (not rounds: the tail is what a long '
+                 'window shows): zklock for %d s, each peer for %d s, on the same ensemble. '
+                 'A cycle is the lock call to the release\'s return (zklock: pgbench\'s '
+                 'BEGIN; SELECT zk_lock_exclusive(...); COMMIT, with default settings). At '
+                 '16 clients, "release interval" is the time between consecutive releases: '
+                 'one handoff and one hold, so a stalled handoff shows there. "Lost" counts '
+                 'connections that timed out (zklock: libzookeeper\'s "timed out" lines in '
+                 'the server log) or reconnected (the peers). rawzk recipe runs zklock\'s '
+                 'protocol without the reply nudge: it shows what ZooKeeper 3.8.0\'s lost '
+                 'wake-up (ZOOKEEPER-4537) does to that protocol unmitigated. Times in ms.'
+                 % (tail.get('secs', 0), tail.get('peer_secs', 0)))
+        L.append('')
+        L.append('| N | implementation | cycles | p50 | p99 | p99.9 | max | release interval '
+                 'p50 / p99 / p99.9 / max | lost |')
+        L.append('|---|---|---|---|---|---|---|---|---|')
+        for n in (1, 16):
+            for key, row in tail.items():
+                if not isinstance(row, dict) or n not in row:
+                    continue
+                st = row[n]
+                if st is None:
+                    L.append('| %d | %s | failed (see below) | | | | | | |' % (n, row['label']))
+                    continue
+                cy, gap = st['cycle'], st.get('gap')
+                L.append('| %d | %s | %d | %.1f | %.1f | %.1f | %.1f | %s | %d |'
+                         % (n, row['label'], st['cycles'], cy['p50'], cy['p99'],
+                            cy['p999'], cy['max'],
+                            '%.1f / %.1f / %.1f / %.1f' % (gap['p50'], gap['p99'],
+                                                           gap['p999'], gap['max'])
+                            if gap else '-', st['lost']))
+        L.append('')
+        L.append('| target (issue 27) | measured | met |')
+        L.append('|---|---|---|')
+        tt = []
+        tail_targets(res, tt)
+        for name, value, ok in tt:
+            L.append('| %s | %s | %s |' % (name, fmt(value, '%.2f'), 'yes' if ok else '**no**'))
     if res.get('failures'):
         L.append('')
         L.append('## Failed measurements')
         L.append('')
-        L.append('Each failed measurement (an error, or no cycle in its window) was tried '
-                 'once more; it is left out of the medians only if the second try failed too.')
+        L.append('A failed measurement (an error, or no cycle in its window) is not tried '
+                 'again: it is left out of the medians, and shown here.')
         L.append('')
         for f in res['failures']:
             L.append('- ' + f)
@@ -2052,7 +2239,7 @@ def write_markdown(res, info, path, elapsed, load):
 
 
 PARTS = ('uncontended', 'contended', 'latency', 'semaphore', 'herd', 'many',
-         'arrays', 'memory')
+         'arrays', 'memory', 'tail')
 
 
 def self_many(res):
@@ -2076,6 +2263,12 @@ def main():
                     default=int(os.environ.get('BENCH_SECONDS') or 0))
     ap.add_argument('--only', default=os.environ.get('BENCH_ONLY') or ','.join(PARTS),
                     help='parts, comma separated, of: ' + ', '.join(PARTS))
+    ap.add_argument('--tail-seconds', type=int,
+                    default=int(os.environ.get('BENCH_TAIL_SECONDS') or 600),
+                    help='tail part: zklock\'s window at each N (default 600)')
+    ap.add_argument('--tail-peer-seconds', type=int,
+                    default=int(os.environ.get('BENCH_TAIL_PEER_SECONDS') or 120),
+                    help='tail part: each peer\'s window at each N (default 120)')
     ap.add_argument('--ownwatch', type=int, choices=(0, 1),
                     default=int(os.environ.get('BENCH_OWNWATCH') or OWNWATCH),
                     help='RAWZK_OWNWATCH for rawzk recipe (default %d)' % OWNWATCH)
@@ -2160,7 +2353,7 @@ def main():
         print('  %-66s %8s' % (name, fmt(value, '%.2f')))
     if res['failures']:
         print()
-        print('Failed measurements (each tried once more; left out of the medians only if the second try failed too):')
+        print('Failed measurements (not tried again; left out of the medians):')
         for f in res['failures']:
             print('  ' + f)
     print()

@@ -18,6 +18,11 @@ SET zklock.root = '/a/../b';
 SET zklock.root = '/zookeeper';
 SET zklock.hosts = '';
 SET zklock.session_timeout = '10ms';
+SET zklock.reply_nudge_delay = '5ms';
+SET zklock.reply_nudge_delay = -1;
+SHOW zklock.reply_nudge_delay;
+SET zklock.reply_nudge_delay = 0;
+RESET zklock.reply_nudge_delay;
 
 -- another root: lock parents follow it
 SET zklock.root = '/zklock_regress/alt';

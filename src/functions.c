@@ -594,8 +594,8 @@ zk_status(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	ZksStatus	st;
 	ZklCounters c;
-	Datum		values[9];
-	bool		nulls[9] = {0};
+	Datum		values[10];
+	bool		nulls[10] = {0};
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -626,5 +626,8 @@ zk_status(PG_FUNCTION_ARGS)
 	values[6] = Int64GetDatum((int64) c.waits);
 	values[7] = Int64GetDatum((int64) c.lost);
 	values[8] = Int64GetDatum((int64) st.reconnects);
+	/* 1.3's zk_status() has no nudges column: the library may be newer */
+	if (tupdesc->natts > 9)
+		values[9] = Int64GetDatum((int64) st.nudges);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

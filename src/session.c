@@ -117,6 +117,7 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 		zkw_session_event_locked();
 		if (state == ZOO_CONNECTED_STATE)
 		{
+			zkn_connected();
 			if (ever_connected)
 				reconnects++;
 			ever_connected = true;
@@ -233,6 +234,8 @@ close_handle(void)
 	zh_closing = true;
 	pthread_mutex_unlock(&zks_mutex);
 
+	/* the nudge thread calls into the handle: it goes first */
+	zkn_stop();
 	if (h != NULL)
 		zookeeper_close(h);
 
@@ -332,7 +335,8 @@ probe_thread(void *arg)
  * assertions), so a backend at its thread or memory limit would abort, and
  * PostgreSQL would restart every backend of the cluster.  Start two
  * threads that live at the same time, as libzookeeper's do, and raise
- * ERROR if that fails.  (Another process of the same user could still
+ * ERROR if that fails.  (The third, the reply nudge's, is started after
+ * them and is optional: the session works without it.)  (Another process of the same user could still
  * take the last slot between this probe and zookeeper_init; the probe
  * makes that a narrow race instead of a certainty.)
  */
@@ -515,6 +519,18 @@ open_handle(void)
 	}
 	pthread_mutex_unlock(&zks_mutex);
 	zh_had_session = false;
+
+	/*
+	 * The reply nudge (session_nudge.c).  Without its thread the session
+	 * still works, as it does with a ZooKeeper server that has no lost
+	 * wake-up; say so once.
+	 */
+	if (!zkn_start(zklock_reply_nudge_delay, ZK_THREAD_STACK))
+		ereport(WARNING,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("could not start the reply nudge thread of the ZooKeeper session"),
+				 errdetail("A reply that a ZooKeeper 3.8.0 server leaves unanswered now waits until the connection times out."),
+				 errhint("Check the limits on processes and threads (ulimit -u) and memory of the server's operating-system user.")));
 }
 
 /* Wait for the reply to zoo_add_auth; ERROR if the server refused it. */
@@ -686,6 +702,7 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 	}
 	zh_had_session = true;
 	await_auth(deadline);
+	zkn_set_delay(zklock_reply_nudge_delay);
 
 	/* clean-ups that missed a reconnect are sent now */
 	pthread_mutex_lock(&zks_mutex);
@@ -743,6 +760,7 @@ zks_get_status(ZksStatus *status)
 	pthread_mutex_lock(&zks_mutex);
 	status->reconnects = reconnects;
 	pthread_mutex_unlock(&zks_mutex);
+	status->nudges = zkn_nudges();
 
 	if (zh == NULL)
 	{

@@ -232,6 +232,7 @@ typedef struct ZksStatus
 	int			timeout_ms;		/* negotiated */
 	char		server[64];		/* host:port connected to, or "" */
 	uint64		reconnects;
+	uint64		nudges;			/* reply nudges sent (session_nudge.c) */
 } ZksStatus;
 
 extern void zks_get_status(ZksStatus *status);

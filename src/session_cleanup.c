@@ -187,6 +187,7 @@ delete_task_completion(int rc, const void *data)
 {
 	CleanupTask *t = (CleanupTask *) data;
 
+	zkn_answered();
 	pthread_mutex_lock(&zks_mutex);
 	if (zks_is_connection_loss(rc) && !zh_closing && !t->dead)
 		t->in_flight = false;	/* re-sent after the reconnect */
@@ -204,6 +205,7 @@ batch_task_completion(int rc, const void *data)
 {
 	CleanupTask *t = (CleanupTask *) data;
 
+	zkn_answered();
 	pthread_mutex_lock(&zks_mutex);
 	if (zks_is_connection_loss(rc) && !zh_closing && !t->dead)
 		t->in_flight = false;
@@ -223,6 +225,7 @@ sweep_task_completion(int rc, const struct String_vector *strings,
 {
 	CleanupTask *t = (CleanupTask *) data;
 
+	zkn_answered();
 	pthread_mutex_lock(&zks_mutex);
 	if (zks_is_connection_loss(rc) && !zh_closing && !t->dead)
 		t->in_flight = false;
@@ -260,6 +263,7 @@ sweep_task_completion(int rc, const struct String_vector *strings,
 static void
 sync_task_completion(int rc, const char *value, const void *data)
 {
+	zkn_answered();
 }
 
 static void
@@ -277,6 +281,8 @@ submit_task_locked(CleanupTask *t)
 			zoo_delete_op_init(&t->ops[i], t->batch[i], -1);
 		rc = zoo_amulti(zh, t->nbatch, t->ops, t->results,
 						batch_task_completion, t);
+		if (rc == ZOK)
+			zkn_sent();
 	}
 	else if (t->prefix != NULL)
 	{
@@ -289,10 +295,19 @@ submit_task_locked(CleanupTask *t)
 		 */
 		rc = zoo_async(zh, t->path, sync_task_completion, NULL);
 		if (rc == ZOK)
+		{
+			zkn_sent();
 			rc = zoo_aget_children(zh, t->path, 0, sweep_task_completion, t);
+			if (rc == ZOK)
+				zkn_sent();
+		}
 	}
 	else
+	{
 		rc = zoo_adelete(zh, t->path, -1, delete_task_completion, t);
+		if (rc == ZOK)
+			zkn_sent();
+	}
 	if (rc != ZOK)
 		t->in_flight = false;	/* tried again at the next reconnect */
 }

@@ -91,6 +91,19 @@ extern void zkt_resubmit_tasks_locked(void);
 /* How many of the n paths go into one multi request (at least one). */
 extern int	zkt_batch_fit(const char *const *paths, int n);
 
+/*
+ * session_nudge.c: the reply nudge (ZOOKEEPER-4537).  zkn_sent after every
+ * zoo_a* call that registered a completion, zkn_answered first thing in
+ * every such completion; the rest from session.c.
+ */
+extern void zkn_sent(void);
+extern void zkn_answered(void);
+extern void zkn_connected(void);
+extern bool zkn_start(int delay_ms, size_t stack_size);
+extern void zkn_set_delay(int delay_ms);
+extern void zkn_stop(void);
+extern uint64 zkn_nudges(void);
+
 /* session_watch.c, from the session watcher and close_handle */
 extern void zkw_node_event_locked(int type, const char *path);
 extern void zkw_session_event_locked(void);

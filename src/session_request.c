@@ -183,6 +183,7 @@ create_completion(int rc, const char *value, const struct Stat *stat,
 {
 	ZksRequest *req = (ZksRequest *) data;
 
+	zkn_answered();
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
 	{
@@ -222,6 +223,7 @@ create_completion(int rc, const char *value, const struct Stat *stat,
 static bool
 completion_begin(ZksRequest *req, int rc)
 {
+	zkn_answered();
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
 	{
@@ -305,6 +307,7 @@ multi_create_completion(int rc, const void *data)
 {
 	ZksRequest *req = (ZksRequest *) data;
 
+	zkn_answered();
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
 	{
@@ -403,6 +406,9 @@ sent(ZksRequest *req, int zrc)
 {
 	ZksRequest *done;
 
+	/* (a marshalling or system error may still run the completion) */
+	if (zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
+		zkn_sent();
 	if (zrc == ZOK)
 		return req;
 

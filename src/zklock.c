@@ -37,9 +37,22 @@ int			zklock_connect_timeout = 5000;
 bool		zklock_verify_at_commit = true;
 int			zklock_protocol = ZKR_PROTOCOL_CURATOR_RW;
 char	   *zklock_auth_file = NULL;
+int			zklock_reply_nudge_delay = 50;
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
+
+/* 0 (off), or at least 10 ms: a server is never sent a stream of reads */
+static bool
+check_reply_nudge_delay(int *newval, void **extra, GucSource source)
+{
+	if (*newval != 0 && *newval < 10)
+	{
+		GUC_check_errdetail("\"zklock.reply_nudge_delay\" must be 0 (off) or at least 10 ms.");
+		return false;
+	}
+	return true;
+}
 
 static const struct config_enum_entry protocol_options[] = {
 	{"curator-rw", ZKR_PROTOCOL_CURATOR_RW, false},
@@ -250,6 +263,15 @@ _PG_init(void)
 							   PGC_SUSET,
 							   GUC_SUPERUSER_ONLY,
 							   NULL, assign_auth_file, NULL);
+
+	DefineCustomIntVariable("zklock.reply_nudge_delay",
+							"How long a reply from ZooKeeper may be late before zklock sends a harmless read after it.",
+							"ZooKeeper 3.8.0 servers can leave a request unanswered until another request arrives (ZOOKEEPER-4537); the read makes them answer. 0 turns it off. Takes effect at the next zklock call.",
+							&zklock_reply_nudge_delay,
+							50, 0, 60000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							check_reply_nudge_delay, NULL, NULL);
 
 	MarkGUCPrefixReserved("zklock");
 

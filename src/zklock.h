@@ -18,5 +18,6 @@ extern int	zklock_connect_timeout;	/* ms */
 extern bool zklock_verify_at_commit;
 extern int	zklock_protocol;		/* a ZkrProtocol */
 extern char *zklock_auth_file;	/* names the credentials file (auth.c) */
+extern int	zklock_reply_nudge_delay;	/* ms; 0: off (session_nudge.c) */
 
 #endif							/* ZKLOCK_H */

@@ -33,7 +33,13 @@ play the other contenders:
   k  a Curator-layout semaphore sends its internal mutex's delete right
      behind its lease's create, before the create's reply;
   l  ... and when that count finds no room, gives the lease back and
-     queues on the mutex once more, keeping it this time while it waits.
+     queues on the mutex once more, keeping it this time while it waits;
+  m  a request the server leaves unanswered until another one arrives
+     (ZooKeeper 3.8.0's lost wake-up, ZOOKEEPER-4537, played by the proxy
+     holding it back) is freed by the reply nudge well before the
+     receive timeout, at each place zklock waits for a reply (lock call,
+     listing, commit check, array call, semaphore lease) and at the one
+     where it does not (a release's delete, while the next holder waits).
 
 Every test proves that its race really happened (the hook fired, the
 server answered what the race implies), so that a pass is not vacuous.
@@ -875,3 +881,123 @@ def test_l_semaphore_without_room_queues_again_once(ctx):
         wait_until(lambda: not ctx.kz.get_children(lease_parent) and
                    not ctx.kz.get_children(mutex_parent), 15,
                    'the lease and the mutex to go')
+
+
+# ---------------------------------------------------------------------------
+# m: a request held until the next one (ZooKeeper 3.8.0's lost wake-up)
+# ---------------------------------------------------------------------------
+
+# generous next to the nudge's 50 ms, far under the receive timeout (2/3
+# of the suite's 6 s session timeout: 4 s), after which a call without
+# the nudge gets its reply
+NUDGED_WITHIN_S = 1.0
+
+
+def is_nudge(r):
+    return r.op == OP_EXISTS and r.path == '/' and not r.watch
+
+
+def test_m_held_request_is_freed_by_the_nudge(ctx):
+    """For each place, the proxy plays a 3.8.0 server that loses every
+    wake-up of its commit processor: each request of the backend's
+    connection is held until the backend sends another one (the nudge
+    itself is passed on).  A burst's requests free each other; the last
+    one of a burst is freed only by the reply nudge, since the backend
+    sends no ping while a reply is outstanding.  Each statement must end
+    within NUDGED_WITHIN_S, the last held request must have been freed by
+    a nudge, and the session must not have reconnected.  For a release's
+    delete, sent without waiting by a COMMIT that has returned, a second
+    backend (not proxied) waits for the lock and must be granted within
+    the bound."""
+    res = 'proxy-stuck'
+    with Scene(ctx, 'stuck') as sc:
+        parent = sc.parent(res)
+        arr = ['proxy-stuck-a%d' % i for i in range(3)]
+        arr_parents = [sc.parent(r) for r in arr]
+        b = sc.backend('proxy-stuck')
+        lock_cycle(ctx, b, res, 'warm-up lock')
+        w, _, _ = warm_semaphore(ctx, sc, 'proxy-stuck-sem', 2)
+        before = zk_status(b).reconnects, zk_status(w).reconnects
+        nudges_before = sum(x.scalar('SELECT nudges FROM zk_status()')
+                            for x in (b, w))
+        stage = {'on': False, 'held': []}
+
+        def hook(req):
+            if stage['on'] and not is_nudge(req) and req.op != OP_PING:
+                stage['held'].append(req)
+                return zkproxy.Verdict(hold=True)
+            return None
+        sc.proxy.hook = hook
+
+        def stuck(what, run, after=None):
+            stage['held'] = []
+            stage['on'] = True
+            t0 = time.monotonic()
+            try:
+                run()
+                elapsed = time.monotonic() - t0
+                if after is not None:
+                    after()
+            finally:
+                stage['on'] = False
+            held = stage['held']
+            assert held, '%s: nothing was held' % what
+            last = held[-1]
+            wait_until(lambda: last.released is not None, 15,
+                       '%s: the last held request to go on' % what)
+            nxt = [r for r in sc.proxy.requests(cid=last.cid)
+                   if r.seq > last.seq][0]
+            assert is_nudge(nxt), '%s: the last held %r was freed by %r, ' \
+                'not by a nudge' % (what, last, nxt)
+            assert elapsed < NUDGED_WITHIN_S, '%s took %.2f s' % (what,
+                                                                 elapsed)
+            ctx.log('m: %s: %d requests held (%s), the last one %.0f ms; '
+                    '%.0f ms in all' % (what, len(held), describe(held),
+                                        (last.released - last.time) * 1000,
+                                        elapsed * 1000))
+
+        b.query('BEGIN')
+        stuck('lock call', lambda: token_of(
+            b.submit(LOCK_X, [res, '10 seconds']), 15, 'the lock'))
+        stuck('COMMIT with the check', lambda: b.query('COMMIT', timeout=15))
+        ctx.zi.wait_contenders(res, 0)
+        b.query('BEGIN')
+        stuck('array call', lambda: b.query(
+            "SELECT zk_lock_exclusive(%s::text[], '10 seconds')", [arr],
+            timeout=15))
+        b.query('ROLLBACK')
+        for p in arr_parents:
+            wait_until(lambda: not ctx.zi.contenders(parent=p), 15,
+                       'the array call\'s nodes to go')
+        w.query('BEGIN')
+        stuck('semaphore', lambda: token_of(w.submit(
+            'SELECT zk_lock_semaphore(%s, 2, %s)',
+            ['proxy-stuck-sem', '10 seconds']), 15, 'the lease'))
+        w.query('ROLLBACK')
+
+        # a release's delete: b holds, a direct backend waits, b commits
+        waiter = ctx.backend('proxy-stuck-waiter')
+        b.query('BEGIN')
+        token_of(b.submit(LOCK_X, [res, '10 seconds']), 15, 'the lock')
+        waiter.query('BEGIN')
+        fut = waiter.submit(LOCK_X, [res, '30 seconds'])
+        ctx.zi.wait_contenders(res, 2)
+        handoff = {}
+
+        def release():
+            b.query('COMMIT', timeout=15)
+            t0 = time.monotonic()
+            token_of(fut, 15, 'the waiter, once the holder released')
+            handoff['s'] = time.monotonic() - t0
+        stuck('COMMIT and the release, to the next holder\'s grant', release)
+        assert any(r.op == OP_DELETE for r in stage['held']), \
+            'the release delete was not held: %s' % describe(stage['held'])
+        ctx.log('m: handoff %.0f ms from the COMMIT\'s return'
+                % (handoff['s'] * 1000))
+        waiter.query('COMMIT')
+
+        after = zk_status(b).reconnects, zk_status(w).reconnects
+        assert after == before, 'reconnects %r -> %r' % (before, after)
+        nudges = sum(x.scalar('SELECT nudges FROM zk_status()')
+                     for x in (b, w)) - nudges_before
+        assert nudges >= 5, 'zk_status() counted %d nudges' % nudges

@@ -205,7 +205,7 @@ class ZooKeeper:
 
     def __init__(self, n=1, base_dir=None, tick_ms=500, min_session_ms=None,
                  max_session_ms=60000, container_check_ms=None,
-                 jvm_opts=None, name='zk'):
+                 jvm_opts=None, name='zk', force_sync=False):
         assert n >= 1
         self.n = n
         self.name = name
@@ -213,6 +213,7 @@ class ZooKeeper:
         self.min_session_ms = min_session_ms or 2 * tick_ms
         self.max_session_ms = max_session_ms
         self.container_check_ms = container_check_ms
+        self.force_sync = force_sync     # fsync the transaction log
         self.jvm_opts = list(jvm_opts or [])
         self._own_base = base_dir is None
         self.base_dir = base_dir or make_workdir('zklock-zk-')
@@ -268,7 +269,9 @@ class ZooKeeper:
                 'maxSessionTimeout=%d' % self.max_session_ms,
                 'admin.enableServer=false',
                 '4lw.commands.whitelist=*',
-                'forceSync=no',          # throwaway data: skip fsync
+                # throwaway data: skip fsync, unless a test measures
+                # what a production server does
+                'forceSync=%s' % ('yes' if self.force_sync else 'no'),
                 'preAllocSize=1024',     # small transaction-log files
             ]
             if self.n > 1:

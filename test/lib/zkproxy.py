@@ -41,6 +41,11 @@ What a test can do (all thread-safe):
     rule (on_reply), and return None (forward as is) or a Verdict
     (forward other bytes instead, drop the connection before or after
     forwarding);
+  * hold a request (Verdict(hold=True)) until the client sends its next
+    one on the connection, as a ZooKeeper 3.8.0 server does that lost the
+    wake-up of its commit processor (ZOOKEEPER-4537): the held request is
+    forwarded right before the next request (a ping too), or never if the
+    connection ends first;
   * on_reply(cid, xid, ...): hold the reply to that xid for a while,
     rewrite its err, strip its body, swallow it, and/or drop the
     connection once it came;
@@ -194,13 +199,16 @@ class Request:
     payload   the bytes received (without the length prefix); None for
               auth packets, which carry credentials that a test log has
               no business keeping
-    fate      'forwarded', 'replaced', 'lost' (never reached the server)
+    fate      'forwarded', 'replaced', 'held' (kept back, see Verdict),
+              'lost' (never reached the server)
+    released  time.monotonic() when a held request went on (else None)
     reply     the Reply to this xid, once it came (None before, and for
               pings, whose xid is not unique)
     """
 
     __slots__ = ('seq', 'cid', 'xid', 'op', 'name', 'path', 'watch',
-                 'subops', 'time', 'payload', 'fate', 'reply', 'session_id')
+                 'subops', 'time', 'payload', 'fate', 'reply', 'session_id',
+                 'released')
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -260,12 +268,17 @@ class Verdict:
               connection: the server may or may not read it first, and
               its reply is lost; on_reply(..., swallow=True, drop=True)
               is the deterministic way to lose only the reply)
+    hold      True: keep the request until the client's next request on
+              this connection arrives, then forward it first (its fate
+              is 'held' meanwhile, req.released the time it went on)
     """
 
-    def __init__(self, replace=None, drop=None):
+    def __init__(self, replace=None, drop=None, hold=False):
         assert drop in (None, 'before', 'after'), drop
+        assert not (hold and (drop or replace is not None))
         self.replace = replace
         self.drop = drop
+        self.hold = hold
 
 
 class _ReplyRule:
@@ -346,6 +359,7 @@ class Connection:
         self.lock = threading.Lock()
         self.pending = {}               # xid -> Request awaiting its reply
         self.rules = {}                 # xid -> _ReplyRule
+        self.held = None                # (Request, payload) held back
         self.threads = []
         self._running = 0
 
@@ -602,6 +616,19 @@ class ZkProxy:
         if conn.ended:
             req.fate = 'lost'       # the hook dropped the connection
             return
+        if conn.held is not None:
+            # the server "wakes up": what it held goes first, in order
+            held, held_payload = conn.held
+            conn.held = None
+            held.released = time.monotonic()
+            self._send_request(conn, held, held_payload)
+            if conn.ended:
+                req.fate = 'lost'
+                return
+        if verdict is not None and verdict.hold:
+            req.fate = 'held'
+            conn.held = (req, payload)
+            return
         if verdict is not None and verdict.drop == 'before':
             req.fate = 'lost'
             self._end(conn, 'dropped before forwarding %r' % req)
@@ -610,6 +637,14 @@ class ZkProxy:
             payload = verdict.replace
             req.fate = 'replaced'
         else:
+            req.fate = 'forwarded'
+        if not self._send_request(conn, req, payload):
+            return
+        if verdict is not None and verdict.drop == 'after':
+            self._end(conn, 'dropped after forwarding %r' % req)
+
+    def _send_request(self, conn, req, payload):
+        if req.fate == 'held':
             req.fate = 'forwarded'
         if req.xid is not None and req.xid >= 0:
             # registered before sending: the reply may be quick
@@ -620,9 +655,8 @@ class ZkProxy:
         except OSError as e:
             req.fate = 'lost'
             self._end(conn, 'send to server failed: %s' % e, dropped=False)
-            return
-        if verdict is not None and verdict.drop == 'after':
-            self._end(conn, 'dropped after forwarding %r' % req)
+            return False
+        return True
 
     # -- server -> client ---------------------------------------------------
 

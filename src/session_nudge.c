@@ -1,0 +1,307 @@
+/*-------------------------------------------------------------------------
+ *
+ * session_nudge.c
+ *	  The reply nudge: a thread of the session layer that, when a reply
+ *	  from ZooKeeper is late, sends one harmless read on the same
+ *	  connection, so that a server that lost the wake-up of its commit
+ *	  processor answers.
+ *
+ * Why.  ZooKeeper 3.8.0 (Debian 12's server) checks its CommitProcessor's
+ * queues without the processor's lock and then waits on it; a request or
+ * a commit that arrives in between loses its wake-up, and that server
+ * answers nothing more on the connection until some other request or
+ * commit reaches its processor (ZOOKEEPER-4537, fixed in 3.8.1 and
+ * 3.9.0).  Every request of every session goes through the processor
+ * (reads too, on followers and on the leader), so any request wakes it.
+ * libzookeeper sends no ping while a reply is outstanding, so on a quiet
+ * connection nothing comes: the client gives up on the connection at two
+ * thirds of the session timeout, and the lock call, the COMMIT or -- for
+ * the fire-and-forget delete of a release, sent while the releasing
+ * backend goes idle -- the next holder's grant waits that long.  zklock
+ * meets it far more often than sequential clients because it sends
+ * requests back to back (the commit check's sync and exists; a release's
+ * delete and the next call's create and listing).
+ *
+ * What.  Every request the session layer sends is counted here when it is
+ * sent and when its completion runs.  While some reply is outstanding and
+ * none has come for zklock.reply_nudge_delay, this thread sends
+ * exists("/") without a watch: a read the server answers from memory,
+ * which needs no permission and changes nothing.  Its arrival wakes the
+ * stuck processor; the stuck request is then answered, and the nudge
+ * after it.  A nudge is sent again after each further delay without a
+ * reply, at most NUDGES_IN_FLIGHT at once, so a server that is merely
+ * slow (a long fsync, a GC pause) gets a handful of reads, not a stream.
+ * Replies that come in time cost two counter updates per request and no
+ * request at all; the thread sleeps while nothing is outstanding.
+ *
+ * Why the count is right.  ZooKeeper answers a session's requests in the
+ * order they were sent, and libzookeeper runs their completions in that
+ * order (a connection loss fails every outstanding one, in order too).
+ * So when a nudge's completion runs, every request sent before the nudge
+ * has had its completion: the count of answered requests is set to at
+ * least the count of requests sent before it.  That also repairs a
+ * request counted as sent whose completion never runs (libzookeeper
+ * failing it after it was queued): the count can be too high for one
+ * nudge's time, never too low.  A request is counted after zoo_a*
+ * returns, so a completion may run before its request is counted; the
+ * difference is then briefly negative and is read as nothing outstanding.
+ *
+ * The thread rule holds: this thread and the completions here call
+ * nothing of PostgreSQL.  The thread is started with every signal blocked
+ * (PostgreSQL's handlers assume the main thread), and it calls zoo_aexists
+ * under zks_mutex with the handle checked, as the clean-up tasks do; the
+ * backend stops and joins it before zookeeper_close.
+ *
+ * A nudge cannot hide a dead server: libzookeeper's receive timeout counts
+ * from the last bytes received, and a server that answers nothing answers
+ * no nudge either.
+ *
+ * src/session_nudge.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <zookeeper.h>
+
+#include "session_int.h"
+
+/* nudges sent while none has been answered, at most */
+#define NUDGES_IN_FLIGHT 4
+
+/*
+ * Shared by the backend (sending), the completion thread (replies, and
+ * the clean-up tasks it sends) and the nudge thread, under nudge_mutex, a
+ * leaf lock: nothing else is taken while it is held.  Lock order where
+ * both are held: zks_mutex, then nudge_mutex.
+ */
+static pthread_mutex_t nudge_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t nudge_cond;
+static bool cond_ready = false;
+static int64_t sent_count = 0;		/* requests sent */
+static int64_t answered_count = 0;	/* completions run */
+static int64_t progress_ns = 0;		/* last reply, or first of a burst */
+static int64_t last_nudge_ns = 0;
+static int	in_flight = 0;			/* nudges not yet answered */
+static int	delay_ms = 0;			/* 0: never nudge */
+static bool stopping = false;
+static bool idle_waiting = false;	/* the thread sleeps without timeout */
+static uint64 nudges_sent = 0;		/* for zk_status() */
+
+static bool thread_running = false;	/* backend-only */
+static pthread_t nudge_thread;
+
+static int64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A request went out (any thread).  Its completion must call zkn_answered. */
+void
+zkn_sent(void)
+{
+	pthread_mutex_lock(&nudge_mutex);
+	sent_count++;
+	if (sent_count - answered_count == 1)
+	{
+		/* the first of a burst: the clock starts now */
+		progress_ns = now_ns();
+		if (idle_waiting)
+			pthread_cond_signal(&nudge_cond);
+	}
+	pthread_mutex_unlock(&nudge_mutex);
+}
+
+/* A completion ran (completion thread). */
+void
+zkn_answered(void)
+{
+	pthread_mutex_lock(&nudge_mutex);
+	answered_count++;
+	progress_ns = now_ns();
+	pthread_mutex_unlock(&nudge_mutex);
+}
+
+/* The session is connected (again): a reply is due from now on. */
+void
+zkn_connected(void)
+{
+	pthread_mutex_lock(&nudge_mutex);
+	progress_ns = now_ns();
+	pthread_mutex_unlock(&nudge_mutex);
+}
+
+static void
+nudge_completion(int rc, const struct Stat *stat, const void *data)
+{
+	int64_t		before = (int64_t) (intptr_t) data;
+
+	pthread_mutex_lock(&nudge_mutex);
+	in_flight--;
+	/* every request sent before the nudge has been answered (see above) */
+	if (answered_count < before)
+		answered_count = before;
+	progress_ns = now_ns();
+	pthread_mutex_unlock(&nudge_mutex);
+}
+
+/*
+ * Send one nudge, telling its completion how many requests went before
+ * it.  Called without nudge_mutex.
+ */
+static bool
+send_nudge(int64_t before)
+{
+	bool		ok = false;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (zh != NULL && !zh_closing && zk_state == ZOO_CONNECTED_STATE)
+		ok = zoo_aexists(zh, "/", 0, nudge_completion,
+						 (const void *) (intptr_t) before) == ZOK;
+	pthread_mutex_unlock(&zks_mutex);
+	return ok;
+}
+
+static void
+timespec_at(struct timespec *ts, int64_t ns)
+{
+	ts->tv_sec = ns / 1000000000;
+	ts->tv_nsec = ns % 1000000000;
+}
+
+static void *
+nudge_main(void *arg)
+{
+	pthread_mutex_lock(&nudge_mutex);
+	while (!stopping)
+	{
+		int64_t		outstanding = sent_count - answered_count;
+		int64_t		due;
+		struct timespec ts;
+
+		if (outstanding <= 0 || delay_ms <= 0)
+		{
+			idle_waiting = true;
+			pthread_cond_wait(&nudge_cond, &nudge_mutex);
+			idle_waiting = false;
+			continue;
+		}
+		due = Max(progress_ns, last_nudge_ns) + (int64_t) delay_ms * 1000000;
+		if (in_flight < NUDGES_IN_FLIGHT && now_ns() >= due)
+		{
+			int64_t		before = sent_count;
+			bool		ok;
+
+			in_flight++;
+			last_nudge_ns = now_ns();
+			pthread_mutex_unlock(&nudge_mutex);
+			ok = send_nudge(before);
+			pthread_mutex_lock(&nudge_mutex);
+			if (ok)
+				nudges_sent++;
+			else
+				in_flight--;	/* not connected: tried after the delay */
+			continue;
+		}
+		if (in_flight >= NUDGES_IN_FLIGHT)
+			due = now_ns() + (int64_t) delay_ms * 1000000;
+		timespec_at(&ts, due);
+		(void) pthread_cond_timedwait(&nudge_cond, &nudge_mutex, &ts);
+	}
+	pthread_mutex_unlock(&nudge_mutex);
+	return NULL;
+}
+
+/*
+ * Start the thread for a new handle (backend), with the delay in ms (0:
+ * the thread never nudges).  Returns false if the thread could not be
+ * started: the session then works as it would without the nudge.
+ */
+bool
+zkn_start(int delay, size_t stack_size)
+{
+	pthread_attr_t attr;
+	sigset_t	all;
+	sigset_t	old;
+	int			rc;
+
+	Assert(!thread_running);
+	pthread_mutex_lock(&nudge_mutex);
+	if (!cond_ready)
+	{
+		pthread_condattr_t ca;
+
+		/* the deadlines are on the monotonic clock */
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&nudge_cond, &ca);
+		pthread_condattr_destroy(&ca);
+		cond_ready = true;
+	}
+	sent_count = answered_count = 0;
+	in_flight = 0;
+	progress_ns = last_nudge_ns = 0;
+	delay_ms = delay;
+	stopping = false;
+	pthread_mutex_unlock(&nudge_mutex);
+
+	if (pthread_attr_init(&attr) != 0)
+		return false;
+	(void) pthread_attr_setstacksize(&attr, stack_size);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&nudge_thread, &attr, nudge_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	thread_running = (rc == 0);
+	return thread_running;
+}
+
+/* A changed zklock.reply_nudge_delay (backend). */
+void
+zkn_set_delay(int delay)
+{
+	pthread_mutex_lock(&nudge_mutex);
+	if (delay_ms != delay)
+	{
+		delay_ms = delay;
+		if (cond_ready)
+			pthread_cond_signal(&nudge_cond);
+	}
+	pthread_mutex_unlock(&nudge_mutex);
+}
+
+/* Stop and join the thread (backend), before the handle is closed. */
+void
+zkn_stop(void)
+{
+	if (!thread_running)
+		return;
+	pthread_mutex_lock(&nudge_mutex);
+	stopping = true;
+	pthread_cond_signal(&nudge_cond);
+	pthread_mutex_unlock(&nudge_mutex);
+	pthread_join(nudge_thread, NULL);
+	thread_running = false;
+}
+
+/* Nudges sent by this backend's sessions so far. */
+uint64
+zkn_nudges(void)
+{
+	uint64		n;
+
+	pthread_mutex_lock(&nudge_mutex);
+	n = nudges_sent;
+	pthread_mutex_unlock(&nudge_mutex);
+	return n;
+}
