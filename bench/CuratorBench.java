@@ -183,6 +183,7 @@ public class CuratorBench {
         stop.set(true);
         for (Thread t : threads)
             t.join(20000);
+        final long reconnectsInLoop = reconnects.get();     // before close()
         for (CuratorFramework c : clients)
             c.close();
         if (errors.get() > 0) {
@@ -200,7 +201,7 @@ public class CuratorBench {
                         if (rec[i][3 * k] >= t0 && rec[i][3 * k] <= t1)
                             w.println(rec[i][3 * k] + " " + rec[i][3 * k + 1]);
             }
-            extra = " reconnects=" + reconnects.get();
+            extra = " reconnects=" + reconnectsInLoop;
         }
         if (latency) {
             // the grants acquired inside the window, in acquire order

@@ -88,10 +88,11 @@ def worker(hosts, path, mode, leases, counter, ready, go, stop, failed, records)
                 lock.release()
             with counter.get_lock():
                 counter.value += 1
+        lost_in_loop = lost[0]          # before stop(), which reports LOST
         kz.stop()
         kz.close()
         if mode == 'tail':
-            records.put((rec, lost[0]))
+            records.put((rec, lost_in_loop))
         elif mode == 'latency':
             records.put(rec)
     except BaseException as e:          # report, and let the parent fail

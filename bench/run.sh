@@ -18,7 +18,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+PG_CONFIG="${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}"
+export PG_CONFIG
 PYTHON=/usr/bin/python3
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi

@@ -37,7 +37,7 @@ int			zklock_connect_timeout = 5000;
 bool		zklock_verify_at_commit = true;
 int			zklock_protocol = ZKR_PROTOCOL_CURATOR_RW;
 char	   *zklock_auth_file = NULL;
-int			zklock_reply_nudge_delay = 50;
+int			zklock_reply_nudge_delay = 20;
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
@@ -268,7 +268,7 @@ _PG_init(void)
 							"How long a reply from ZooKeeper may be late before zklock sends a harmless read after it.",
 							"ZooKeeper 3.8.0 servers can leave a request unanswered until another request arrives (ZOOKEEPER-4537); the read makes them answer. 0 turns it off. Takes effect at the next zklock call.",
 							&zklock_reply_nudge_delay,
-							50, 0, 60000,
+							20, 0, 60000,
 							PGC_SUSET,
 							GUC_UNIT_MS,
 							check_reply_nudge_delay, NULL, NULL);

@@ -887,7 +887,7 @@ def test_l_semaphore_without_room_queues_again_once(ctx):
 # m: a request held until the next one (ZooKeeper 3.8.0's lost wake-up)
 # ---------------------------------------------------------------------------
 
-# generous next to the nudge's 50 ms, far under the receive timeout (2/3
+# generous next to the nudge's 20 ms, far under the receive timeout (2/3
 # of the suite's 6 s session timeout: 4 s), after which a call without
 # the nudge gets its reply
 NUDGED_WITHIN_S = 1.0
