@@ -31,7 +31,7 @@ endif
 # PGXS tracks no header dependencies: rebuild everything when one changes.
 $(OBJS): $(wildcard src/*.h)
 
-.PHONY: test unit regress-list
+.PHONY: test test-matrix unit regress-list
 
 # The one command: installs missing Debian packages, builds, installs,
 # starts ZooKeeper and PostgreSQL on loopback, runs every suite, stops
@@ -42,7 +42,13 @@ $(OBJS): $(wildcard src/*.h)
 # alone), the ASan runtime preloaded into the test clusters' postmasters;
 # reports fail the run (test/sanitize.sh).
 test:
-	SANITIZE="$(SANITIZE)" bash test/run.sh
+	SANITIZE="$(SANITIZE)" PG_CONFIG="$(PG_CONFIG)" bash test/run.sh
+
+# `make test` against every supported major (15, 16, 17, 18), one after
+# the other; the last line sums them: "N passed, N failed".  MAJORS="15 18"
+# for some.  16-18 come from the kits in ../shared/pg (test/matrix.sh).
+test-matrix:
+	MAJORS="$(MAJORS)" bash test/matrix.sh
 
 unit:
 	$(MAKE) -C test/unit
@@ -56,7 +62,7 @@ regress-list:
 # `make demo KEEP=1` leaves them running and prints how to connect.
 .PHONY: demo
 demo:
-	@KEEP="$(KEEP)" bash demo/run.sh
+	@KEEP="$(KEEP)" PG_CONFIG="$(PG_CONFIG)" bash demo/run.sh
 
 # Fuzzing of the pure recipe code (resource-name encoder, child-name
 # parser, ordering, predecessor choice) with libFuzzer, ASan and UBSan;

@@ -5,7 +5,9 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+# `make demo PG_CONFIG=...` plays it on another major; Debian's 15 by default
+PG_CONFIG="${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}"
+export PG_CONFIG                 # test/lib/harness.py takes its binaries from it
 PYTHON=/usr/bin/python3          # Debian's python3, which has kazoo/psycopg2
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi

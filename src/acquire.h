@@ -19,6 +19,8 @@
 #ifndef ZKLOCK_ACQUIRE_H
 #define ZKLOCK_ACQUIRE_H
 
+#include "pg_compat.h"
+
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 
@@ -150,7 +152,7 @@ extern void zka_await_reconnect(ZkaAttempt *a);
 extern void zka_done_req(ZksRequest **req);
 
 /* ERROR 55P03: the attempt's timeout (or lock_timeout) expired. */
-extern void zka_timeout_error(ZkaAttempt *a) pg_attribute_noreturn();
+pg_noreturn extern void zka_timeout_error(ZkaAttempt *a);
 
 /* What an attempt asked ZooKeeper for, to name it in an error. */
 typedef enum ZkaOp
@@ -163,10 +165,10 @@ typedef enum ZkaOp
 } ZkaOp;
 
 /* ERROR for a request ZooKeeper refused or could not answer. */
-extern void zka_failure(ZkaAttempt *a, ZkaOp op, ZksRc rc) pg_attribute_noreturn();
+pg_noreturn extern void zka_failure(ZkaAttempt *a, ZkaOp op, ZksRc rc);
 
 /* ERROR for our own node found gone while we waited (55000 or 08006). */
-extern void zka_vanished_error(ZkaAttempt *a) pg_attribute_noreturn();
+pg_noreturn extern void zka_vanished_error(ZkaAttempt *a);
 
 /*
  * The node is granted: hand back the requests, end the wait's deadlock

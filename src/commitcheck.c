@@ -274,11 +274,13 @@ zkc_confirm(ZkcNode *nodes, int n, TimestampTz deadline,
 {
 	CheckRound	r;
 	volatile ZksRc result = ZKS_TIMEDOUT;
+	ZksActivity was;
 
 	if (n == 0)
 		return ZKS_OK;
 	if (!wait_for_connection && !zks_is_connected())
 		return ZKS_CONNECTION_LOSS;
+	was = zks_set_activity(ZKS_ACTIVITY_COMMIT);	/* its wait event */
 
 	r.checks = palloc0(sizeof(NodeCheck) * n);
 	r.n = n;
@@ -324,6 +326,7 @@ zkc_confirm(ZkcNode *nodes, int n, TimestampTz deadline,
 	PG_FINALLY();
 	{
 		end_round(&r);
+		zks_set_activity(was);
 	}
 	PG_END_TRY();
 	pfree(r.checks);

@@ -16,6 +16,8 @@
 #ifndef ZKLOCK_COMMITCHECK_H
 #define ZKLOCK_COMMITCHECK_H
 
+#include "pg_compat.h"
+
 #include "datatype/timestamp.h"
 #include "session.h"
 
@@ -45,6 +47,6 @@ extern ZksRc zkc_confirm(ZkcNode *nodes, int n, TimestampTz deadline,
 						 bool wait_for_connection);
 
 /* ERROR 40001: the check could not be completed (rc from zkc_confirm). */
-extern void zkc_unconfirmed_error(ZksRc rc) pg_attribute_noreturn();
+pg_noreturn extern void zkc_unconfirmed_error(ZksRc rc);
 
 #endif							/* ZKLOCK_COMMITCHECK_H */

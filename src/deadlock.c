@@ -746,16 +746,22 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	int			factor;
 	MemoryContext cxt;
 	MemoryContext old;
+	ZksActivity was;
 
 	if (w->check_at == 0 || GetCurrentTimestamp() < w->check_at)
 		return;
+	/* (an ERROR leaves it set: the transaction's end resets it) */
+	was = zks_set_activity(ZKS_ACTIVITY_DEADLOCK);
 	w->checks++;
 	factor = Min(1 << Min(w->checks, 10), MAX_INTERVAL_FACTOR);
 	w->check_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 											  (int64) DeadlockTimeout * factor);
 
 	if (w->record == NULL && !publish(w, resource, node, mode, deadline))
+	{
+		zks_set_activity(was);
 		return;
+	}
 
 	/* what a search reads is dropped with it (an ERROR drops it too) */
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "zklock deadlock search",
@@ -769,4 +775,5 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		deadlock_error(again);
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
+	zks_set_activity(was);
 }

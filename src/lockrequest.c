@@ -104,6 +104,10 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	ZkaAttempt	a;
 	volatile bool granted;
 
+	/* the wait events of this call (reset at the transaction's end) */
+	zks_set_activity(max_holders > 0 ? ZKS_ACTIVITY_SEMAPHORE :
+					 ZKS_ACTIVITY_LOCK);
+
 	/* Re-entrant: the same node serves every hold of resource and mode. */
 	if (lock != NULL)
 	{
@@ -248,6 +252,8 @@ zkl_acquire_many(const char *const *resources, const char *const *relpaths,
 	int			natts = 0;
 	volatile int nmade = 0;
 	volatile bool granted = true;
+
+	zks_set_activity(ZKS_ACTIVITY_LOCK);	/* its wait events */
 
 	if (n == 0)
 		return true;

@@ -372,6 +372,11 @@ zkl_callbacks_first(void)
 static void
 zkl_xact_callback(XactEvent event, void *arg)
 {
+	/* whatever a call of this transaction was doing, it is over */
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PARALLEL_ABORT)
+		zks_set_activity(ZKS_ACTIVITY_NONE);
 	if (!have_locks())
 		return;
 

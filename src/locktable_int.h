@@ -12,6 +12,8 @@
 #ifndef ZKLOCK_LOCKTABLE_INT_H
 #define ZKLOCK_LOCKTABLE_INT_H
 
+#include "pg_compat.h"
+
 #include "datatype/timestamp.h"
 
 #include "locktable.h"
@@ -110,7 +112,7 @@ extern void zkl_release_if_unused(ZklLock *lock);
 extern void zkl_mark_if_session_lost(ZklLock *lock);
 
 /* ERROR 40001: the lock was lost. */
-extern void zkl_lost_error(ZklLock *lock) pg_attribute_noreturn();
+pg_noreturn extern void zkl_lost_error(ZklLock *lock);
 
 /* For zk_status(): a node granted, after a wait or not. */
 extern void zkl_count_grant(bool waited);

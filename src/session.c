@@ -37,6 +37,8 @@
  */
 #include "postgres.h"
 
+#include "pg_compat.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -557,7 +559,7 @@ await_auth(TimestampTz deadline)
 							hosts),
 					 rc == -1 ? errdetail("No answer within \"zklock.connect_timeout\".") : 0));
 		}
-		zks_sleep_on_latch(deadline);
+		zks_sleep_on_latch(deadline, ZKS_WAIT_CONNECTION);
 	}
 }
 
@@ -572,18 +574,69 @@ ms_until(TimestampTz deadline)
 }
 
 /*
+ * What the backend is doing for zklock, set by the layers above (the lock
+ * and semaphore calls, the commit check, the deadlock search) and reset
+ * at the end of every transaction; it names the wait event of a wait.
+ */
+static ZksActivity activity = ZKS_ACTIVITY_NONE;
+
+ZksActivity
+zks_set_activity(ZksActivity a)
+{
+	ZksActivity old = activity;
+
+	activity = a;
+	return old;
+}
+
+/*
+ * The wait event a wait of this kind shows in pg_stat_activity during the
+ * current activity.  On PostgreSQL 17 and later each has a name of its
+ * own (pg_wait_events, type Extension), made at its first use; before,
+ * all are "Extension" (pg_compat.h).
+ */
+static uint32
+wait_event_for(ZksWaitKind kind)
+{
+	static const char *const names[] = {
+		[ZKS_EV_CONNECT] = "ZklockConnect",
+		[ZKS_EV_REPLY] = "ZklockReply",
+		[ZKS_EV_QUEUE] = "ZklockQueue",
+		[ZKS_EV_SEMAPHORE] = "ZklockSemaphore",
+		[ZKS_EV_COMMIT_CHECK] = "ZklockCommitCheck",
+		[ZKS_EV_DEADLOCK_SEARCH] = "ZklockDeadlockSearch",
+	};
+	static uint32 infos[lengthof(names)];
+	int			ev;
+
+	if (kind == ZKS_WAIT_CONNECTION)
+		ev = ZKS_EV_CONNECT;
+	else if (kind == ZKS_WAIT_NOTIFICATION)
+		ev = activity == ZKS_ACTIVITY_SEMAPHORE ? ZKS_EV_SEMAPHORE : ZKS_EV_QUEUE;
+	else if (activity == ZKS_ACTIVITY_COMMIT)
+		ev = ZKS_EV_COMMIT_CHECK;
+	else if (activity == ZKS_ACTIVITY_DEADLOCK)
+		ev = ZKS_EV_DEADLOCK_SEARCH;
+	else
+		ev = ZKS_EV_REPLY;
+	if (infos[ev] == 0)
+		infos[ev] = zk_wait_event_info(names[ev]);
+	return infos[ev];
+}
+
+/*
  * Sleep on the latch until woken or until the deadline (0: at most a
  * second, to re-check).  Interrupts are processed here.
  */
 void
-zks_sleep_on_latch(TimestampTz deadline)
+zks_sleep_on_latch(TimestampTz deadline, ZksWaitKind kind)
 {
 	long		timeout = 1000;
 
 	if (deadline != 0)
 		timeout = Min(timeout, Max(ms_until(deadline), 0));
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 timeout, PG_WAIT_EXTENSION);
+					 timeout, wait_event_for(kind));
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
 }
@@ -619,7 +672,7 @@ zks_await_connection(TimestampTz deadline)
 			return ZKS_OK;
 		if (zks_deadline_passed(deadline))
 			return ZKS_TIMEDOUT;
-		zks_sleep_on_latch(deadline);
+		zks_sleep_on_latch(deadline, ZKS_WAIT_CONNECTION);
 	}
 }
 
@@ -741,7 +794,7 @@ zks_wait_event(ZksEventMark seen, TimestampTz deadline)
 			return true;
 		if (zks_deadline_passed(deadline))
 			return false;
-		zks_sleep_on_latch(deadline);
+		zks_sleep_on_latch(deadline, ZKS_WAIT_NOTIFICATION);
 	}
 }
 

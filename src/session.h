@@ -223,6 +223,22 @@ extern bool zks_session_expired(void);
 /* Session timeout the server granted (the requested one before that). */
 extern int	zks_negotiated_timeout(void);
 
+/*
+ * What the backend is doing for zklock: names the wait event of its waits
+ * (pg_stat_activity.wait_event, PostgreSQL 17 and later).  Returns the
+ * activity before; zkl's transaction callback sets NONE at every end.
+ */
+typedef enum ZksActivity
+{
+	ZKS_ACTIVITY_NONE,			/* releases, inspection: a plain reply */
+	ZKS_ACTIVITY_LOCK,			/* a lock call (scalar or array) */
+	ZKS_ACTIVITY_SEMAPHORE,		/* a semaphore call */
+	ZKS_ACTIVITY_COMMIT,		/* the commit check */
+	ZKS_ACTIVITY_DEADLOCK		/* a deadlock search while waiting */
+} ZksActivity;
+
+extern ZksActivity zks_set_activity(ZksActivity a);
+
 /* For zk_status(). */
 typedef struct ZksStatus
 {

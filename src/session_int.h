@@ -54,11 +54,30 @@ zks_is_connection_loss(int zrc)
 /* Wake the backend from a completion or watcher: SetLatch only. */
 extern void zks_wake_backend(void);
 
+/* What a sleep waits for: it names the wait event (with the activity). */
+typedef enum ZksWaitKind
+{
+	ZKS_WAIT_CONNECTION,		/* the session, or its authentication */
+	ZKS_WAIT_REPLY,				/* a reply to a request */
+	ZKS_WAIT_NOTIFICATION		/* a watch notification: a queue */
+} ZksWaitKind;
+
+/* The wait events (their names in session.c) */
+typedef enum ZksWaitEvent
+{
+	ZKS_EV_CONNECT,
+	ZKS_EV_REPLY,
+	ZKS_EV_QUEUE,
+	ZKS_EV_SEMAPHORE,
+	ZKS_EV_COMMIT_CHECK,
+	ZKS_EV_DEADLOCK_SEARCH
+} ZksWaitEvent;
+
 /*
  * Sleep on the latch until woken or until the deadline (0: at most a
  * second, to re-check); interrupts are processed here.
  */
-extern void zks_sleep_on_latch(TimestampTz deadline);
+extern void zks_sleep_on_latch(TimestampTz deadline, ZksWaitKind kind);
 extern bool zks_deadline_passed(TimestampTz deadline);
 
 /* The ACL of every node zklock creates (see zklock.auth_file). */

@@ -683,7 +683,7 @@ zks_wait(ZksRequest *req, TimestampTz deadline)
 			return map_rc(zrc);
 		if (zks_deadline_passed(deadline))
 			return cap != 0 ? ZKS_CONNECTION_LOSS : ZKS_TIMEDOUT;
-		zks_sleep_on_latch(deadline);
+		zks_sleep_on_latch(deadline, ZKS_WAIT_REPLY);
 	}
 }
 

@@ -7,7 +7,10 @@
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+# the PostgreSQL to build against and test: `make test PG_CONFIG=...`
+# (test/matrix.sh runs every supported major); Debian's 15 by default
+PG_CONFIG="${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}"
+export PG_CONFIG
 PYTHON=/usr/bin/python3          # Debian's python3: kazoo, psycopg2, pytest
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
@@ -22,6 +25,14 @@ fail() {   # a step that leaves nothing to test: still end with the count
 }
 
 bash test/install-deps.sh || fail "installing the packages (test/install-deps.sh)"
+
+# Objects built against another major must not be linked for this one:
+# the tree remembers which pg_config it was last built with.
+stamp=.built-with-pg_config
+if [ "$(cat "$stamp" 2>/dev/null)" != "$PG_CONFIG" ]; then
+    make PG_CONFIG="$PG_CONFIG" clean >/dev/null
+    echo "$PG_CONFIG" > "$stamp"
+fi
 
 failed=()
 if [ -n "${SANITIZE:-}" ] && [ "$SANITIZE" != 0 ]; then

@@ -26,7 +26,7 @@ set -euo pipefail
 stage=${1:?usage: test/sanitize.sh STAGE_DIRECTORY}
 cd "$(dirname "$0")/.."
 src=$(pwd)
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+PG_CONFIG="${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}"
 bindir=$("$PG_CONFIG" --bindir)
 pkglibdir=$("$PG_CONFIG" --pkglibdir)
 extdir=$("$PG_CONFIG" --sharedir)/extension

@@ -437,13 +437,15 @@ def test_status(ctx):
     token_of(b.submit(LOCK_X, ['status-a', '10 seconds']), 10)
     token_of(b.submit('SELECT zk_lock_shared(%s)', ['status-b']), 10)
     (state, sid, timeout, server, held, grants, waits, lost,
-     reconnects) = b.query('SELECT * FROM zk_status()')[0]
+     reconnects, nudges) = b.query('SELECT * FROM zk_status()')[0]
     assert state == 'connected'
     assert sid.startswith('0x') and int(sid, 16) == \
         ctx.zi.contenders('status-a')[0].session_id
     assert timeout.total_seconds() == ctx.session_timeout, timeout
     assert server == ctx.zk.connect_string, (server, ctx.zk.connect_string)
     assert (held, grants, waits, lost) == (2, 2, 0, 0)
+    # (nudges are counted exactly by test_proxy's test m)
+    assert reconnects == 0 and isinstance(nudges, int), (reconnects, nudges)
     b.query('COMMIT')
     assert b.scalar('SELECT locks_held FROM zk_status()') == 0
 

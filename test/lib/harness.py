@@ -35,12 +35,25 @@ import time
 
 import psycopg2
 
-PG_BIN = '/usr/lib/postgresql/15/bin'
+# The PostgreSQL under test: the one whose pg_config `make test
+# PG_CONFIG=...` names (test/run.sh exports it), Debian's 15 by default.
+# Every binary, pg_regress and the major's number come from it.
+PG_CONFIG = os.environ.get('PG_CONFIG') or '/usr/lib/postgresql/15/bin/pg_config'
+
+
+def _pg_config(flag):
+    return subprocess.run([PG_CONFIG, flag], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+PG_BIN = _pg_config('--bindir')
+PG_VERSION = _pg_config('--version')            # "PostgreSQL 17.6"
+PG_MAJOR = int(re.match(r'PostgreSQL (\d+)', PG_VERSION).group(1))
+PG_REGRESS = os.path.normpath(os.path.join(
+    os.path.dirname(_pg_config('--pgxs')), '..', 'test', 'regress', 'pg_regress'))
 # Extra environment of every postmaster started here, "NAME=VALUE ...":
 # `make test SANITIZE=1` (test/sanitize.sh) preloads the ASan runtime.
 PG_ENV = os.environ.get('ZKLOCK_PG_ENV', '').split()
-PG_CONFIG = PG_BIN + '/pg_config'
-PG_REGRESS = '/usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress'
 ZK_CLASSPATH = '/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar'
 PG_OS_USER = 'postgres'          # initdb refuses root: clusters run as this user
 

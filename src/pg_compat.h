@@ -1,0 +1,52 @@
+/*-------------------------------------------------------------------------
+ *
+ * pg_compat.h
+ *	  What differs between the PostgreSQL majors zklock supports (15 to
+ *	  18), in one place: every other file is written against one API and
+ *	  includes this header instead of testing PG_VERSION_NUM itself.
+ *
+ * Include it right after postgres.h.
+ *
+ * src/pg_compat.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_PG_COMPAT_H
+#define ZKLOCK_PG_COMPAT_H
+
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
+#error "zklock supports PostgreSQL 15, 16, 17 and 18"
+#endif
+
+/*
+ * A function that never returns.  PostgreSQL 18 spells it pg_noreturn,
+ * placed before the declaration (C11 _Noreturn; C23's [[noreturn]] must
+ * come first of all, so zklock writes "pg_noreturn extern void f(...)"),
+ * and has dropped pg_attribute_noreturn(), which earlier majors place
+ * after it.  GCC and Clang take the attribute in front as well.
+ */
+#ifndef pg_noreturn
+#define pg_noreturn pg_attribute_noreturn()
+#endif
+
+/*
+ * Wait events.  PostgreSQL 17 lets an extension name its own
+ * (WaitEventExtensionNew, in shared memory, the same number for the same
+ * name in every backend): pg_stat_activity.wait_event then says what a
+ * backend waits for, and pg_wait_events lists the names.  Earlier majors
+ * have only the one event "Extension", which every name maps to.
+ */
+#include "utils/wait_event.h"
+
+static inline uint32
+zk_wait_event_info(const char *name)
+{
+#if PG_VERSION_NUM >= 170000
+	return WaitEventExtensionNew(name);
+#else
+	(void) name;
+	return PG_WAIT_EXTENSION;
+#endif
+}
+
+#endif							/* ZKLOCK_PG_COMPAT_H */
