@@ -469,3 +469,57 @@ def test_settings_change_reconnects(ctx):
     assert sid3 != sid1, 'settings change did not open a new session'
     assert t3.total_seconds() == ctx.session_timeout + 2, (t1, t3)
     b.query('RESET zklock.session_timeout')
+
+
+def test_update_from_1_3_keeps_status_grants(ctx):
+    """zklock 1.4 adds the nudges column to zk_status(): the 1.3 function
+    keeps working on the new library until the update (nine columns), and
+    ALTER EXTENSION zklock UPDATE gives the same functions as a fresh
+    install while keeping the EXECUTE grants given on zk_status() (to a
+    role with grant option and to PUBLIC)."""
+    pg = ctx.pg
+    role = 'zklock_status_viewer'
+    for db in ('zklock_upd14', 'zklock_fresh14'):
+        pg.psql('DROP DATABASE IF EXISTS %s' % db)
+        pg.psql('CREATE DATABASE %s' % db)
+    pg.psql('DROP ROLE IF EXISTS %s' % role)
+    pg.psql('CREATE ROLE %s' % role)
+    pg.psql("CREATE EXTENSION zklock VERSION '1.3'", dbname='zklock_upd14')
+    pg.psql('GRANT EXECUTE ON FUNCTION zk_status() TO %s WITH GRANT OPTION'
+            % role, dbname='zklock_upd14')
+    pg.psql('GRANT EXECUTE ON FUNCTION zk_status() TO PUBLIC',
+            dbname='zklock_upd14')
+    acl = ("SELECT array_agg(coalesce(r.rolname, 'PUBLIC') || ':' || "
+           "a.is_grantable ORDER BY 1) FROM pg_proc p, aclexplode(p.proacl) a "
+           "LEFT JOIN pg_roles r ON r.oid = a.grantee "
+           "WHERE p.oid = 'zk_status()'::regprocedure "
+           "AND a.grantee <> p.proowner")
+    q = ("SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid) "
+         "|| ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p "
+         "JOIN pg_depend d ON d.objid = p.oid JOIN pg_extension e "
+         "ON e.oid = d.refobjid AND e.extname = 'zklock' ORDER BY 1")
+    upd = ctx.backend('status-upd', dbname='zklock_upd14')
+    fresh = None
+    try:
+        old = upd.query('SELECT * FROM zk_status()')
+        assert len(old[0]) == 9, old
+        before = upd.scalar(acl)
+        assert sorted(before) == ['PUBLIC:false', role + ':true'], before
+        upd.query('ALTER EXTENSION zklock UPDATE')
+        assert upd.scalar("SELECT extversion FROM pg_extension "
+                          "WHERE extname = 'zklock'") == '1.4'
+        assert upd.scalar(acl) == before
+        pg.psql('CREATE EXTENSION zklock', dbname='zklock_fresh14')
+        fresh = ctx.backend('status-fresh', dbname='zklock_fresh14')
+        assert upd.query(q) == fresh.query(q)
+        upd.query('SET ROLE %s' % role)
+        row = upd.query('SELECT state, nudges FROM zk_status()')
+        assert row == [('none', 0)], row
+        upd.query('RESET ROLE')
+    finally:
+        upd.close()
+        if fresh is not None:
+            fresh.close()
+        for db in ('zklock_upd14', 'zklock_fresh14'):
+            pg.psql('DROP DATABASE %s WITH (FORCE)' % db)
+        pg.psql('DROP ROLE %s' % role)

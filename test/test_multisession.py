@@ -835,3 +835,49 @@ def test_k_nothing_left_behind(ctx):
         raise AssertionError('left behind under %s:\n  %s' % (
             ctx.root, '\n  '.join('%s (owner session %s)' % (p, hex(o))
                                   for p, o in last))) from None
+
+
+def test_wait_events_name_the_wait(ctx):
+    """pg_stat_activity of a backend waiting in a lock's queue, and in a
+    semaphore's: wait_event_type Extension, and on PostgreSQL 17 and
+    later a wait event of zklock's own (ZklockQueue, ZklockSemaphore),
+    listed in pg_wait_events; before 17 the event is "Extension"."""
+    holder = ctx.backend('we-holder')
+    waiter = ctx.backend('we-waiter')
+    custom = harness.PG_MAJOR >= 17
+    row_sql = ('SELECT wait_event_type, wait_event, state, query '
+               'FROM pg_stat_activity WHERE pid = %s')
+    for what, lock, event in (
+            ('lock', "SELECT zk_lock_exclusive('we-lock', '30 s')",
+             'ZklockQueue'),
+            ('semaphore', "SELECT zk_lock_semaphore('we-sem', 1, '30 s')",
+             'ZklockSemaphore')):
+        holder.query('BEGIN')
+        token_of(holder.submit(lock), 15, 'the holder\'s ' + what)
+        waiter.query('BEGIN')
+        fut = waiter.submit(lock)
+        want = event if custom else 'Extension'
+        last = [None]
+
+        def shows():
+            last[0] = ctx.admin.query(row_sql, [waiter.pid])[0]
+            return last[0][:2] == ('Extension', want)
+        try:
+            wait_until(shows, 15, 'the waiter to show %s' % want,
+                       interval=0.05)
+        except TimeoutError:
+            raise AssertionError('pg_stat_activity of the waiter: %r, '
+                                 'expected (Extension, %s)'
+                                 % (last[0], want)) from None
+        ctx.log('PostgreSQL %d, waiting for a %s: pg_stat_activity '
+                '(wait_event_type, wait_event, state, query) = %r'
+                % (harness.PG_MAJOR, what, last[0]))
+        holder.query('COMMIT')
+        token_of(fut, 15, 'the waiter\'s ' + what)
+        waiter.query('COMMIT')
+    if custom:
+        names = [r[0] for r in ctx.admin.query(
+            "SELECT name FROM pg_wait_events WHERE type = 'Extension' "
+            "AND name LIKE 'Zklock%' ORDER BY name")]
+        assert {'ZklockQueue', 'ZklockSemaphore'} <= set(names), names
+        ctx.log('pg_wait_events: %s' % ', '.join(names))

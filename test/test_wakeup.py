@@ -188,7 +188,7 @@ def test_handoffs_never_stall(ctx):
 
     def waiting(pid):
         with watcher.cursor() as cur:
-            cur.execute("SELECT wait_event FROM pg_stat_activity "
+            cur.execute("SELECT wait_event_type FROM pg_stat_activity "
                         "WHERE pid = %s", [pid])
             row = cur.fetchone()
         return row is not None and row[0] == 'Extension'

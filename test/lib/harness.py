@@ -615,7 +615,7 @@ def _conf_value(value):
 
 
 class PgCluster:
-    """A throwaway PostgreSQL 15 cluster run by the postgres OS user.
+    """A throwaway PostgreSQL cluster (of the major under test) run by the postgres OS user.
 
         pg = PgCluster('a', {'zklock.hosts': zk.connect_string}); pg.start()
         conn = pg.connect()                    # psycopg2, autocommit
@@ -627,8 +627,11 @@ class PgCluster:
     """
 
     def __init__(self, name='main', extra_conf=None, base_dir=None,
-                 port=None):
+                 port=None, bin_dir=None, initdb_args=()):
         self.name = name
+        # another major's binaries (a pg_upgrade test); PG_BIN by default
+        self.bin = bin_dir or PG_BIN
+        self.initdb_args = list(initdb_args)
         self.extra_conf = dict(extra_conf or {})
         self._own_base = base_dir is None
         self.base_dir = base_dir or make_workdir('zklock-pg-')
@@ -662,9 +665,9 @@ class PgCluster:
         os.makedirs(self.dir, exist_ok=True)
         os.chmod(self.dir, 0o755)
         chown_to_pg_user(self.dir)
-        self._run([PG_BIN + '/initdb', '-D', self.data_dir, '-A', 'trust',
+        self._run([self.bin + '/initdb', '-D', self.data_dir, '-A', 'trust',
                    '-U', 'postgres', '--no-sync', '-E', 'UTF8',
-                   '--locale=C'], timeout=timeout)
+                   '--locale=C'] + self.initdb_args, timeout=timeout)
         conf = {
             'listen_addresses': '127.0.0.1',
             'port': self.port,
@@ -695,7 +698,7 @@ class PgCluster:
         os.makedirs(self.dir, exist_ok=True)
         os.chmod(self.dir, 0o755)
         chown_to_pg_user(self.dir)
-        self._run([PG_BIN + '/pg_basebackup', '-h', primary.host,
+        self._run([self.bin + '/pg_basebackup', '-h', primary.host,
                    '-p', str(primary.port), '-U', 'postgres',
                    '-D', self.data_dir, '-R', '-X', 'stream', '--no-sync',
                    '-c', 'fast'], timeout=timeout)
@@ -732,7 +735,7 @@ class PgCluster:
             for k, v in settings.items():
                 f.write('%s = %s\n' % (k, _conf_value(v)))
         if reload and self.is_running():
-            self._run([PG_BIN + '/pg_ctl', '-D', self.data_dir, 'reload'],
+            self._run([self.bin + '/pg_ctl', '-D', self.data_dir, 'reload'],
                       timeout=30)
 
     def postmaster_pid(self):
@@ -756,7 +759,7 @@ class PgCluster:
             % (self.name, self.port, self.data_dir))
         try:
             self._run((['env'] + PG_ENV if PG_ENV else []) +
-                      [PG_BIN + '/pg_ctl', '-D', self.data_dir,
+                      [self.bin + '/pg_ctl', '-D', self.data_dir,
                        '-l', self.log_path, '-w', '-t', str(timeout),
                        'start'], timeout=timeout + 10)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -770,14 +773,14 @@ class PgCluster:
         try:
             if self.is_running():
                 try:
-                    self._run([PG_BIN + '/pg_ctl', '-D', self.data_dir,
+                    self._run([self.bin + '/pg_ctl', '-D', self.data_dir,
                                '-m', mode, '-w', '-t', str(timeout), 'stop'],
                               timeout=timeout + 10)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     log('pg_ctl stop -m %s failed (%s); trying immediate'
                         % (mode, e))
                     try:
-                        self._run([PG_BIN + '/pg_ctl', '-D', self.data_dir,
+                        self._run([self.bin + '/pg_ctl', '-D', self.data_dir,
                                    '-m', 'immediate', '-w', '-t', '20',
                                    'stop'], timeout=30)
                     except (RuntimeError, subprocess.TimeoutExpired):
@@ -808,7 +811,7 @@ class PgCluster:
              check=True):
         """Run SQL with psql (-X -q -At, stop at the first error); returns
         stdout.  Raises RuntimeError with psql's messages on failure."""
-        cmd = [PG_BIN + '/psql', '-X', '-q', '-At', '-v', 'ON_ERROR_STOP=1',
+        cmd = [self.bin + '/psql', '-X', '-q', '-At', '-v', 'ON_ERROR_STOP=1',
                '-h', self.host, '-p', str(self.port), '-U', user,
                '-d', dbname, '-c', sql]
         r = subprocess.run(cmd, timeout=timeout, stdin=subprocess.DEVNULL,
