@@ -410,6 +410,7 @@ def test_settings_defaults(ctx):
         'zklock.connect_timeout': '5000',
         'zklock.hosts': '127.0.0.1:2181',
         'zklock.protocol': 'curator-rw',
+        'zklock.reply_nudge_delay': '20',
         'zklock.root': '/zklock',
         'zklock.session_timeout': '10000',
         'zklock.verify_at_commit': 'on',
