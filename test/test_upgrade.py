@@ -72,6 +72,7 @@ def test_pg_upgrade_from_15_keeps_zklock(ctx):
                 'GRANT SELECT ON zk_locks TO %s' % ROLE,
                 # an object of the user's that depends on the extension
                 "CREATE VIEW my_locks AS SELECT resource, mode FROM zk_locks",
+                'GRANT SELECT ON my_locks TO %s' % ROLE,
                 "CREATE FUNCTION nightly() RETURNS boolean LANGUAGE sql "
                 "AS $$ SELECT zk_try_lock_exclusive('nightly') $$"):
             old.psql(sql, dbname=DB)
