@@ -58,6 +58,13 @@ DB = 'zklock_threads'
 RES = 'threads-x'
 LOCK = 'SELECT zk_lock_exclusive(%s)'
 AUX = ('checkpointer', 'background writer', 'walwriter')
+# PostgreSQL 18's asynchronous I/O workers (io_method = worker, three by
+# default): "postgres: io worker 0", ...
+AUX_PREFIXES = ('io worker ',)
+
+
+def is_aux(kind):
+    return kind is not None and (kind in AUX or kind.startswith(AUX_PREFIXES))
 HEADROOM = 3                    # the limit is IDLE + HEADROOM tasks
 CRASH_SIGNS = ('terminated by signal', 'terminating any other active server',
                'all server processes terminated')
@@ -111,7 +118,7 @@ def aux_pids(sh):
     a crash restart)."""
     return {p[3]: p[0] for p in user_tasks(sh.uid)
             if p[3].startswith('postgres: ')
-            and p[3][len('postgres: '):] in AUX}
+            and is_aux(p[3][len('postgres: '):])}
 
 
 def idle_tasks(sh):
@@ -128,7 +135,7 @@ def idle_tasks(sh):
             continue
         kind = title[len('postgres: '):] if title.startswith('postgres: ') \
             else None
-        if kind not in AUX or state.startswith('Z'):
+        if not is_aux(kind) or state.startswith('Z'):
             return None
         seen.add(kind)
     if 'walwriter' not in seen or pm not in [p[0] for p in procs]:

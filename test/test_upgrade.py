@@ -70,6 +70,7 @@ def test_pg_upgrade_from_15_keeps_zklock(ctx):
                 'GRANT EXECUTE ON FUNCTION zk_try_lock_exclusive(text), '
                 'zk_status() TO %s' % ROLE,
                 'GRANT SELECT ON zk_locks TO %s' % ROLE,
+                'GRANT EXECUTE ON FUNCTION zk_locks() TO %s' % ROLE,
                 # an object of the user's that depends on the extension
                 "CREATE VIEW my_locks AS SELECT resource, mode FROM zk_locks",
                 'GRANT SELECT ON my_locks TO %s' % ROLE,
