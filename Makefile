@@ -31,6 +31,16 @@ endif
 # PGXS tracks no header dependencies: rebuild everything when one changes.
 $(OBJS): $(wildcard src/*.h)
 
+# Objects built against one PostgreSQL major must never be linked for
+# another: the tree remembers the pg_config of its last build, and a build
+# with another one starts from clean objects.
+PG_STAMP := .built-with-pg_config
+ifneq ($(PGXS),)
+ifneq ($(shell cat $(PG_STAMP) 2>/dev/null),$(PG_CONFIG))
+$(shell rm -f $(OBJS) $(OBJS:.o=.bc) $(MODULE_big).so; echo '$(PG_CONFIG)' > $(PG_STAMP))
+endif
+endif
+
 .PHONY: test test-matrix unit regress-list
 
 # The one command: installs missing Debian packages, builds, installs,

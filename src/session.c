@@ -337,10 +337,11 @@ probe_thread(void *arg)
  * assertions), so a backend at its thread or memory limit would abort, and
  * PostgreSQL would restart every backend of the cluster.  Start two
  * threads that live at the same time, as libzookeeper's do, and raise
- * ERROR if that fails.  (The third, the reply nudge's, is started after
- * them and is optional: the session works without it.)  (Another process of the same user could still
+ * ERROR if that fails.  (Another process of the same user could still
  * take the last slot between this probe and zookeeper_init; the probe
- * makes that a narrow race instead of a certainty.)
+ * makes that a narrow race instead of a certainty.)  The third thread,
+ * the reply nudge's, is started after them and is optional: the session
+ * works without it.
  */
 static void
 check_threads_available(void)
@@ -525,7 +526,7 @@ open_handle(void)
 	/*
 	 * The reply nudge (session_nudge.c).  Without its thread the session
 	 * still works, as it does with a ZooKeeper server that has no lost
-	 * wake-up; say so once.
+	 * wake-up: a warning, once per session opened.
 	 */
 	if (!zkn_start(zklock_reply_nudge_delay, ZK_THREAD_STACK))
 		ereport(WARNING,

@@ -26,14 +26,6 @@ fail() {   # a step that leaves nothing to test: still end with the count
 
 bash test/install-deps.sh || fail "installing the packages (test/install-deps.sh)"
 
-# Objects built against another major must not be linked for this one:
-# the tree remembers which pg_config it was last built with.
-stamp=.built-with-pg_config
-if [ "$(cat "$stamp" 2>/dev/null)" != "$PG_CONFIG" ]; then
-    make PG_CONFIG="$PG_CONFIG" clean >/dev/null
-    echo "$PG_CONFIG" > "$stamp"
-fi
-
 failed=()
 if [ -n "${SANITIZE:-}" ] && [ "$SANITIZE" != 0 ]; then
     # `make test SANITIZE=1`: an ASan+UBSan build of the extension, seen
