@@ -281,8 +281,6 @@ submit_task_locked(CleanupTask *t)
 			zoo_delete_op_init(&t->ops[i], t->batch[i], -1);
 		rc = zoo_amulti(zh, t->nbatch, t->ops, t->results,
 						batch_task_completion, t);
-		if (rc == ZOK)
-			zkn_sent();
 	}
 	else if (t->prefix != NULL)
 	{
@@ -298,17 +296,13 @@ submit_task_locked(CleanupTask *t)
 		{
 			zkn_sent();
 			rc = zoo_aget_children(zh, t->path, 0, sweep_task_completion, t);
-			if (rc == ZOK)
-				zkn_sent();
 		}
 	}
 	else
-	{
 		rc = zoo_adelete(zh, t->path, -1, delete_task_completion, t);
-		if (rc == ZOK)
-			zkn_sent();
-	}
-	if (rc != ZOK)
+	if (rc == ZOK)
+		zkn_sent();				/* the reply nudge counts it */
+	else
 		t->in_flight = false;	/* tried again at the next reconnect */
 }
 
