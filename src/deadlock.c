@@ -19,30 +19,70 @@
  * a waiting node waits for the conflicting contenders ahead of it in its
  * queue (as the recipe says), and those belong to ZooKeeper sessions
  * (their ephemeralOwner).  A session with a record waits itself, for the
- * contenders ahead of its own node; a session without one is a holder,
- * and if it is a zklock backend of this cluster its pid may wait in
- * PostgreSQL's lock manager (pg_blocking_pids) for a backend that waits
- * for a zklock in turn, maybe for us.  A path back to our own session is
- * a cycle.  Clients that publish nothing (Curator, kazoo) end a path:
- * they can be part of no cycle that zklock could see.
+ * contenders ahead of its own node.  A session without one is a holder;
+ * if it is a backend that waits in PostgreSQL's lock manager for a zklock
+ * waiter of its own cluster (directly, or through other backends that
+ * wait there), that is an edge too, but only a backend of that cluster
+ * can see it.  A path back to our own session is a cycle.  Clients that
+ * publish nothing (Curator, kazoo) end a path: they can be part of no
+ * cycle that zklock could see.
+ *
+ * Every member must search the same graph, or the one that must act may
+ * not see what another sees (issue 30: X on cluster A waits for H on B, H
+ * waits for a row lock of W on B, W waits for X: only W could see H's
+ * wait, and the rule below picked X).  So the PostgreSQL-local edges are
+ * published too, by their heads: each record lists the backends of its
+ * cluster that wait in the lock manager for its waiter ("blocked=", found
+ * by walking pg_blocking_pids backwards from our own pid), and a search
+ * takes those edges from the records only, never from what its own
+ * cluster alone shows.  Every edge of the graph is then either a queue
+ * in ZooKeeper or a line of a record in ZooKeeper, and two searches that
+ * read the same state of the ensemble build the same graph, wherever
+ * they run.  A waiter looks at the lock manager every deadlock_timeout
+ * while it waits (no request unless the list changed, then one setData),
+ * so a local edge that closes a cycle late is published within
+ * deadlock_timeout, and the waiter then searches at once.
  *
  * Exactly one member of a cycle acts: the one whose record ZooKeeper
  * created last (greatest czxid).  Every member that sees the cycle
  * computes the same one, whatever the clocks of their hosts, and that
  * member published last, so its own search already sees every record of
- * the cycle.  Before acting it searches again and acts only if the same
- * cycle, with the same records, is still there: a cycle pieced together
- * from moments apart (a member granted or gone meanwhile) is not acted
- * on.  The victim raises ERROR 40P01; its node and record go, and the
- * others proceed.
+ * the cycle.  A member that finds a cycle whose victim is another wakes
+ * it: it writes the victim's record back unchanged (setData with the
+ * version it read, so it never overwrites a newer list), which fires the
+ * data watch the victim keeps on its own record, and the victim searches
+ * at once instead of at its next scheduled search.  Before acting the
+ * victim searches again and acts only if the same cycle, with the same
+ * records, is still there: a cycle pieced together from moments apart (a
+ * member granted or gone meanwhile) is not acted on.  The victim raises
+ * ERROR 40P01; its node and record go, and the others proceed.
+ *
+ * Why no cycle is broken twice, although searchers read the ensemble at
+ * different moments: a member acts only on its own search, and only if it
+ * is the youngest record of everything on a cycle with it (its strongly
+ * connected component, so overlapping cycles give one answer).  If two
+ * members A and B both acted, each was the youngest in what it saw; if
+ * each had seen the other in its component, each would be younger than
+ * the other.  So one of them, say B, did not see A on a cycle with it:
+ * B's cycle is another cycle, made of records and queues B read, which A
+ * breaking its own leaves intact.  Why none is missed: the victim of a
+ * cycle is a member with a record; once every member's record lists its
+ * local edges (within deadlock_timeout of the edge closing) every search
+ * that starts on the cycle finds it, each such member names the same
+ * victim, and a member's search is never more than its schedule away;
+ * the victim's own search, woken by the first member that sees the
+ * cycle, or by its own schedule, finds it too.  A wait record that lies
+ * (written by a client without zklock.auth_file's credentials, see
+ * README) is read only as far as it parses, and a record whose waiting
+ * node is not its own session's is ignored.
  *
  * A search is a few round trips: the records (one listing, their data
  * sent back to back), then for each waiter on the path its queue and the
- * owners of the contenders ahead of it; a queue is listed, and each of
- * its nodes read, once per search, however many of its waiters are
- * followed.  It runs at deadlock_timeout and again at growing intervals
- * (a cycle through PostgreSQL's lock manager can close after our first
- * search, and only we can see it); a lock granted at once or within
+ * owners of its own node and of the contenders ahead of it; a queue is
+ * listed, and each of its nodes read, once per search, however many of
+ * its waiters are followed.  It runs at deadlock_timeout and again at
+ * growing intervals, and at once when the waiter's local edges change or
+ * another member wakes it; a lock granted at once or within
  * deadlock_timeout costs nothing.
  *
  * src/deadlock.c
@@ -56,6 +96,7 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
+#include "utils/wait_event.h"
 #include "utils/array.h"
 #include "utils/fmgrprotos.h"
 #include "utils/memutils.h"
@@ -68,9 +109,9 @@
 #define WAITS_DIR		"%waits"
 #define MAX_MEMBERS		64		/* sessions followed in one search */
 #define MAX_EDGES		512
-#define MAX_PIDS		64		/* PostgreSQL waits followed per holder */
 #define MAX_RECORDS		4096
 #define MAX_INTERVAL_FACTOR 8	/* re-search at most every 8 x deadlock_timeout */
+#define CONFIRM_NAP_MS	50		/* between a victim's confirming searches */
 
 /* A session met in the search. */
 typedef struct Member
@@ -85,12 +126,17 @@ typedef struct Member
 	char	   *resource;
 	char	   *node;
 	bool		queued;
+	struct Record *rec;			/* its record, as read (with a record) */
 } Member;
 
 typedef struct Record
 {
 	int64		session;
 	int64		czxid;
+	int32		version;		/* of its data, as read */
+	char	   *path;
+	char	   *data;			/* as read: written back to wake its waiter */
+	int			len;
 	ZkwRecord	r;
 } Record;
 
@@ -143,6 +189,7 @@ typedef struct Cycle
 	int			len;
 	Member		m[MAX_MEMBERS];
 	bool		pg_edge[MAX_MEMBERS];	/* edge from m[k] to m[k + 1] */
+	Record	   *other;			/* else: the victim's record, to wake it */
 } Cycle;
 
 void
@@ -153,11 +200,20 @@ zkd_wait_begin(ZkdWait *w)
 												  DeadlockTimeout);
 }
 
+/* Has another member written our record since we last looked? */
+static bool
+woken(ZkdWait *w)
+{
+	return w->watching && zks_watch_state(w->record) != ZKS_WATCH_ARMED;
+}
+
 TimestampTz
 zkd_wake_at(ZkdWait *w, TimestampTz deadline)
 {
 	if (w->check_at == 0)
 		return deadline;
+	if (woken(w))
+		return GetCurrentTimestamp();
 	if (deadline == 0 || w->check_at < deadline)
 		return w->check_at;
 	return deadline;
@@ -168,17 +224,193 @@ zkd_wait_end(ZkdWait *w)
 {
 	zks_done(w->req);
 	w->req = NULL;
+	if (w->watching)
+		zks_unwatch_node(w->record);	/* (it fires at the delete) */
+	w->watching = false;
 	if (w->record != NULL)
 		zks_delete_async(w->record);
 	w->record = NULL;
 	w->check_at = 0;
+	w->search_at = 0;
 	w->checks = 0;
+	w->nblocked = 0;
 }
 
 static char *
 waits_parent(void)
 {
 	return psprintf("%s/%s", zklock_root, WAITS_DIR);
+}
+
+/*
+ * The backends of this cluster that wait in PostgreSQL's lock manager for
+ * us, directly or through other backends waiting there: our record's
+ * "blocked" list, in ascending order, at most ZKW_MAX_BLOCKED of them.
+ *
+ * pg_blocking_pids() answers "whom does p wait for"; we need the reverse,
+ * so it is asked of every backend that waits for a heavyweight lock now
+ * (wait_event_info read without a lock, as pg_stat_activity does: a
+ * backend that starts waiting right after is seen at the next check).  A
+ * backend waiting for a zklock waits on its latch, not in the lock
+ * manager, so a chain never runs through another zklock waiter.
+ */
+static int
+local_blocked(int *out)
+{
+	uint32		nprocs = ProcGlobal->allProcCount;
+	int		   *cand = palloc(sizeof(int) * Max(nprocs, 1));
+	int		  **blockers = palloc0(sizeof(int *) * Max(nprocs, 1));
+	int		   *nblockers = palloc0(sizeof(int) * Max(nprocs, 1));
+	bool	   *reached = palloc0(sizeof(bool) * Max(nprocs, 1));
+	int			ncand = 0;
+	int			n = 0;
+	bool		grew = true;
+
+	for (uint32 i = 0; i < nprocs; i++)
+	{
+		PGPROC	   *proc = &ProcGlobal->allProcs[i];
+		int			pid = *(volatile int *) &proc->pid;
+		uint32		wei = *(volatile uint32 *) &proc->wait_event_info;
+
+		if (pid != 0 && pid != MyProcPid &&
+			(wei & 0xFF000000) == PG_WAIT_LOCK)
+			cand[ncand++] = pid;
+	}
+	for (int c = 0; c < ncand; c++)
+	{
+		ArrayType  *arr;
+		Datum	   *elems;
+		int			nelems;
+
+		CHECK_FOR_INTERRUPTS();
+		arr = DatumGetArrayTypeP(DirectFunctionCall1(pg_blocking_pids,
+													 Int32GetDatum(cand[c])));
+		deconstruct_array(arr, INT4OID, 4, true, TYPALIGN_INT,
+						  &elems, NULL, &nelems);
+		blockers[c] = palloc(sizeof(int) * Max(nelems, 1));
+		for (int j = 0; j < nelems; j++)
+			blockers[c][j] = DatumGetInt32(elems[j]);
+		nblockers[c] = nelems;
+	}
+	/* backwards from us: whoever waits for someone reached is reached */
+	while (grew)
+	{
+		grew = false;
+		for (int c = 0; c < ncand; c++)
+		{
+			if (reached[c])
+				continue;
+			for (int j = 0; j < nblockers[c] && !reached[c]; j++)
+			{
+				int			b = blockers[c][j];
+
+				if (b == MyProcPid)
+					reached[c] = true;
+				for (int k = 0; k < ncand && !reached[c]; k++)
+					if (reached[k] && cand[k] == b)
+						reached[c] = true;
+			}
+			grew |= reached[c];
+		}
+	}
+	for (int c = 0; c < ncand; c++)
+		if (reached[c] && n < ZKW_MAX_BLOCKED)
+			out[n++] = cand[c];
+	/* ascending, so that an unchanged list compares equal */
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && out[j - 1] > out[j]; j--)
+		{
+			int			t = out[j];
+
+			out[j] = out[j - 1];
+			out[j - 1] = t;
+		}
+	return n;
+}
+
+/* Our record's data, with w's blocked list. */
+static char *
+format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
+		   int *len)
+{
+	ZkwRecord	r;
+	size_t		size;
+	char	   *data;
+
+	memset(&r, 0, sizeof(r));
+	r.sysid = GetSystemIdentifier();
+	r.pid = MyProcPid;
+	r.mode = mode;
+	r.node = node;
+	r.node_len = strlen(node);
+	r.resource = resource;
+	r.resource_len = strlen(resource);
+	r.beat = w->beat;
+	r.nblocked = w->nblocked;
+	memcpy(r.blocked, w->blocked, sizeof(int) * w->nblocked);
+	size = r.node_len + r.resource_len + 128 + 12 * ZKW_MAX_BLOCKED;
+	data = palloc(size);
+	*len = (int) zkw_format_record(&r, data, size);
+	return data;
+}
+
+/*
+ * Keep a data watch on our own record: another member that finds a cycle
+ * whose victim we are writes the record back unchanged to wake us.  Set
+ * after each write of our own (whose event has come in before the
+ * write's reply), so that only others' writes and session events fire
+ * it.  Without room in the watch table we go without: the schedule still
+ * searches.
+ */
+static void
+watch_own(ZkdWait *w, TimestampTz deadline)
+{
+	ZksRequest *req;
+	bool		tracked;
+	ZksRc		rc;
+
+	if (w->watching)
+		zks_unwatch_node(w->record);
+	w->watching = false;
+	if (!zks_watch_room())
+		return;
+	w->req = req = zks_watch_node(w->record, &tracked);
+	rc = zks_wait(req, deadline);
+	zks_done(req);
+	w->req = NULL;
+	zks_watch_reply(w->record, rc);
+	if (rc == ZKS_OK && tracked)
+		w->watching = true;
+	else
+		zks_unwatch_node(w->record);
+}
+
+/*
+ * Write our record's blocked list.  Returns false if ZooKeeper would not
+ * have it now; a record gone (a sweep) is published again next time.
+ */
+static bool
+refresh(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
+		TimestampTz deadline)
+{
+	int			len;
+	char	   *data = format_own(w, resource, node, mode, &len);
+	ZksRc		rc;
+
+	if (len == 0)
+		return false;
+	w->req = zks_send_set(w->record, data, len, -1);
+	rc = zks_wait(w->req, deadline);
+	zks_done(w->req);
+	w->req = NULL;
+	if (rc == ZKS_NONODE)
+	{
+		if (w->watching)
+			zks_unwatch_node(w->record);
+		w->watching = false;
+		w->record = NULL;
+	}
+	return rc == ZKS_OK;
 }
 
 /*
@@ -191,21 +423,10 @@ publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 {
 	char	   *path = psprintf("%s/%016llx", waits_parent(),
 								(unsigned long long) zks_session_id());
-	ZkwRecord	r;
-	size_t		size;
 	char	   *data;
 	int			len;
 
-	r.sysid = GetSystemIdentifier();
-	r.pid = MyProcPid;
-	r.mode = mode;
-	r.node = node;
-	r.node_len = strlen(node);
-	r.resource = resource;
-	r.resource_len = strlen(resource);
-	size = r.node_len + r.resource_len + 128;
-	data = palloc(size);
-	len = (int) zkw_format_record(&r, data, size);
+	data = format_own(w, resource, node, mode, &len);
 	if (len == 0)
 		return false;
 
@@ -312,6 +533,10 @@ read_records(Search *s)
 				!zkw_parse_record(data, len, &rec->r))
 				continue;		/* not a record of ours */
 			rec->czxid = st.czxid;
+			rec->version = st.version;
+			rec->path = psprintf("%s/%s", parent, names[i]);
+			rec->data = data;
+			rec->len = len;
 			s->nrecords++;
 		}
 	}
@@ -328,15 +553,6 @@ record_of_session(Search *s, int64 session)
 {
 	for (int i = 0; i < s->nrecords; i++)
 		if (s->records[i].session == session)
-			return &s->records[i];
-	return NULL;
-}
-
-static Record *
-record_of_pid(Search *s, uint64 sysid, int pid)
-{
-	for (int i = 0; i < s->nrecords; i++)
-		if (s->records[i].r.sysid == sysid && s->records[i].r.pid == pid)
 			return &s->records[i];
 	return NULL;
 }
@@ -359,6 +575,7 @@ member(Search *s, int64 session)
 	rec = record_of_session(s, session);
 	if (rec != NULL)
 	{
+		m->rec = rec;
 		m->has_record = true;
 		m->czxid = rec->czxid;
 		m->known = true;
@@ -388,46 +605,24 @@ add_edge(Search *s, int from, int to, bool pg)
 }
 
 /*
- * A zklock holder of this cluster (pid) that has no record: does it wait
- * in PostgreSQL's lock manager, directly or through other backends, for a
- * backend that waits for a zklock?  Adds those edges.
+ * A zklock holder (a member without a record, of cluster sysid, backend
+ * pid): the records that list it as waiting for their waiter in its
+ * cluster's lock manager give its PostgreSQL-local edges.  Only records
+ * are asked, never this backend's own lock manager, so that every
+ * member's search builds the same graph (see the head comment).
  */
 static void
-follow_pg_waits(Search *s, int holder, int pid)
+pg_edges_from(Search *s, int holder, uint64 sysid, int pid)
 {
-	uint64		sysid = GetSystemIdentifier();
-	int			pids[MAX_PIDS];
-	int			npids = 0;
-
-	pids[npids++] = pid;
-	for (int k = 0; k < npids; k++)
+	for (int i = 0; i < s->nrecords; i++)
 	{
-		ArrayType  *blockers;
-		Datum	   *elems;
-		int			nelems;
+		const ZkwRecord *r = &s->records[i].r;
 
-		CHECK_FOR_INTERRUPTS();
-		blockers = DatumGetArrayTypeP(DirectFunctionCall1(pg_blocking_pids,
-														  Int32GetDatum(pids[k])));
-		deconstruct_array(blockers, INT4OID, 4, true, TYPALIGN_INT,
-						  &elems, NULL, &nelems);
-		for (int j = 0; j < nelems; j++)
-		{
-			int			p = DatumGetInt32(elems[j]);
-			bool		seen = false;
-			Record	   *rec;
-
-			for (int q = 0; q < npids; q++)
-				seen |= (pids[q] == p);
-			if (seen)
-				continue;
-			rec = (p == MyProcPid) ? record_of_session(s, zks_session_id()) :
-				record_of_pid(s, sysid, p);
-			if (rec != NULL)
-				add_edge(s, holder, member(s, rec->session), true);
-			else if (npids < MAX_PIDS)
-				pids[npids++] = p;	/* waits itself? follow it */
-		}
+		if (r->sysid != sysid)
+			continue;
+		for (int k = 0; k < r->nblocked; k++)
+			if (r->blocked[k] == pid)
+				add_edge(s, holder, member(s, s->records[i].session), true);
 	}
 }
 
@@ -546,6 +741,7 @@ expand(Search *s, int u)
 	int64	   *nobody;
 	int		   *ahead;
 	int			nahead;
+	int			me;
 
 	if (slash == NULL || slash == node)
 		return;
@@ -554,14 +750,25 @@ expand(Search *s, int u)
 		return;					/* (its queue is gone: no longer waits) */
 
 	nobody = palloc0(sizeof(int64) * Max(q->ncs, 1));
-	ahead = palloc(sizeof(int) * Max(q->ncs, 1));
+	ahead = palloc(sizeof(int) * (Max(q->ncs, 1) + 1));
 	/* by position and mode first; whose they are is asked below */
 	nahead = zkw_blockers(q->cs, nobody, q->ncs, slash + 1, s->m[u].mode, -1,
 						  ahead);
 	if (nahead <= 0)
 		return;					/* granted meanwhile, or gone */
 
-	read_nodes(s, q, ahead, nahead);
+	/*
+	 * The waiting node must be the member's own: a record naming another
+	 * session's node (one written by hand, see README) waits for nothing.
+	 */
+	for (me = 0; me < q->ncs; me++)
+		if (strcmp(q->cs[me].name, slash + 1) == 0)
+			break;
+	ahead[nahead] = me;
+	read_nodes(s, q, ahead, nahead + 1);
+	if (s->failed || q->rc[me] != ZKS_OK ||
+		q->st[me].ephemeral_owner != s->m[u].session)
+		return;
 	for (int i = 0; i < nahead && !s->failed; i++)
 	{
 		int			c = ahead[i];
@@ -584,11 +791,10 @@ expand(Search *s, int u)
 			s->m[v].known = true;
 			s->m[v].sysid = sysid;
 			s->m[v].pid = pid;
-			if (!s->m[v].has_record && !s->m[v].queued &&
-				sysid == GetSystemIdentifier() && pid != MyProcPid)
+			if (!s->m[v].has_record && !s->m[v].queued)
 			{
 				s->m[v].queued = true;
-				follow_pg_waits(s, v, pid);
+				pg_edges_from(s, v, sysid, pid);
 			}
 		}
 	}
@@ -652,8 +858,14 @@ search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
 		int			ncomp = zkw_component(s->n, s->e, s->ne, 0, comp);
 
 		victim = zkw_victim(v, comp, ncomp);
-		if (victim < 0 || comp[victim] != 0)
-			return false;		/* another member acts */
+		if (victim < 0)
+			return false;
+		if (comp[victim] != 0)
+		{
+			/* another member acts: the caller wakes it */
+			cycle->other = record_of_session(s, s->m[comp[victim]].session);
+			return false;
+		}
 	}
 
 	cycle->len = len;
@@ -737,42 +949,147 @@ deadlock_error(const Cycle *c)
 			 errhint("This wait was chosen to end the cycle (the youngest wait in it); the other members proceed.")));
 }
 
+/*
+ * Wake a member: write its record back as we read it, with its version,
+ * so a newer record of its own is never overwritten (a write that lost
+ * that race has woken it anyway).  Its data watch fires, and it checks at
+ * once: a victim searches, any member beats.  The reply is not waited
+ * for: nothing here depends on it.
+ */
+static void
+wake_member(const Record *rec)
+{
+	zks_done(zks_send_set(rec->path, rec->data, rec->len, rec->version));
+}
+
+/*
+ * Has every other member with a record beaten since the first search?
+ * Only a waiter that is connected and still in its wait advances its
+ * beat.  A record that outlives its wait (its owner's connection is down,
+ * so the delete waits for the reconnect, or the session expiry) shows a
+ * wait that no longer exists; so does the record of a member whose wait
+ * ended in an error it caught.  A cycle through such a record is no
+ * deadlock, and acting on it would abort a member for nothing (issue 30).
+ */
+static bool
+beats_advanced(const Cycle *first, const Cycle *again)
+{
+	for (int i = 0; i < again->len; i++)
+	{
+		const Member *m = &again->m[i];
+		bool		beat = false;
+
+		if (!m->has_record || m->session == zks_session_id())
+			continue;
+		for (int j = 0; j < first->len && !beat; j++)
+			beat = first->m[j].session == m->session &&
+				m->rec->r.has_beat && first->m[j].rec->r.has_beat &&
+				m->rec->r.beat > first->m[j].rec->r.beat;
+		if (!beat)
+			return false;
+	}
+	return true;
+}
+
 void
 zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		  TimestampTz deadline)
 {
 	Cycle	   *first;
-	Cycle	   *again;
 	int			factor;
+	int			blocked[ZKW_MAX_BLOCKED];
+	int			nblocked;
+	bool		changed;
+	bool		due;
+	bool		written;
+	TimestampTz now = GetCurrentTimestamp();
 	MemoryContext cxt;
 	MemoryContext old;
 	ZksActivity was;
 
-	if (w->check_at == 0 || GetCurrentTimestamp() < w->check_at)
+	if (w->check_at == 0 || (now < w->check_at && !woken(w)))
 		return;
 	/* (an ERROR leaves it set: the transaction's end resets it) */
 	was = zks_set_activity(ZKS_ACTIVITY_DEADLOCK);
-	w->checks++;
-	factor = Min(1 << Min(w->checks, 10), MAX_INTERVAL_FACTOR);
-	w->check_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-											  (int64) DeadlockTimeout * factor);
+	w->check_at = TimestampTzPlusMilliseconds(now, DeadlockTimeout);
 
-	if (w->record == NULL && !publish(w, resource, node, mode, deadline))
-	{
-		zks_set_activity(was);
-		return;
-	}
-
-	/* what a search reads is dropped with it (an ERROR drops it too) */
+	/* what a check reads is dropped with it (an ERROR drops it too) */
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "zklock deadlock search",
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
+
+	/* our PostgreSQL-local edges, as the lock manager shows them now */
+	nblocked = local_blocked(blocked);
+	changed = (nblocked != w->nblocked ||
+			   memcmp(blocked, w->blocked, sizeof(int) * nblocked) != 0);
+	w->nblocked = nblocked;
+	memcpy(w->blocked, blocked, sizeof(int) * nblocked);
+	due = woken(w) || changed || w->search_at == 0 || now >= w->search_at;
+
+	/* publish, or beat (with the list as it is now) */
+	w->beat++;
+	if (w->record == NULL)
+	{
+		/* the record's path outlives this check */
+		MemoryContextSwitchTo(old);
+		written = publish(w, resource, node, mode, deadline);
+		MemoryContextSwitchTo(cxt);
+		due = true;
+	}
+	else
+		written = refresh(w, resource, node, mode, deadline);
+	if (!written)
+	{
+		/* (a record gone is published next time) */
+		if (w->watching)
+			zks_unwatch_node(w->record);
+		w->watching = false;	/* no new check before check_at */
+		goto out;
+	}
+	watch_own(w, deadline);
+	if (!due)
+		goto out;
+
+	w->checks++;
+	factor = Min(1 << Min(w->checks, 10), MAX_INTERVAL_FACTOR);
+	w->search_at = TimestampTzPlusMilliseconds(now,
+											   (int64) DeadlockTimeout * factor);
 	first = palloc0(sizeof(Cycle));
-	again = palloc0(sizeof(Cycle));
-	/* acted on only if seen twice, the same */
-	if (search(w, deadline, first) && search(w, deadline, again) &&
-		same_cycle(first, again))
-		deadlock_error(again);
+	if (search(w, deadline, first))
+	{
+		/*
+		 * We are the victim of what we see.  Act only once every other
+		 * member has shown that its wait goes on (beats_advanced): wake
+		 * them, so that they beat now rather than at their next check,
+		 * and search again until they have, the same cycle with the same
+		 * records, for at most deadlock_timeout; the next check tries
+		 * again after that.
+		 */
+		TimestampTz limit = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														DeadlockTimeout);
+
+		for (int k = 0; k < first->len; k++)
+			if (first->m[k].has_record && first->m[k].session != zks_session_id())
+				wake_member(first->m[k].rec);
+		for (;;)
+		{
+			Cycle	   *again = palloc0(sizeof(Cycle));
+			TimestampTz nap = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														  CONFIRM_NAP_MS);
+
+			(void) zks_wait_event(zks_event_mark(), Min(nap, limit));
+			if (!search(w, deadline, again) || !same_cycle(first, again))
+				break;			/* gone, or no longer ours to break */
+			if (beats_advanced(first, again))
+				deadlock_error(again);
+			if (GetCurrentTimestamp() >= limit)
+				break;
+		}
+	}
+	else if (first->other != NULL)
+		wake_member(first->other);
+
+out:
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 	zks_set_activity(was);

@@ -21,15 +21,21 @@
 #include "datatype/timestamp.h"
 #include "recipe.h"
 #include "session.h"
+#include "waitgraph.h"
 
 /* One waiter's detection state (part of an attempt to lock). */
 typedef struct ZkdWait
 {
-	TimestampTz check_at;		/* next search; 0 while not waiting */
+	TimestampTz check_at;		/* next check; 0 while not waiting */
+	TimestampTz search_at;		/* next search due by the schedule */
 	int			checks;			/* searches so far */
 	char	   *record;			/* our published record's path, or NULL */
 	int64		record_czxid;
+	bool		watching;		/* a data watch on our record is ours */
 	ZksRequest *req;			/* the record's create, while in flight */
+	uint64		beat;			/* the record's, advanced at every check */
+	int			nblocked;		/* the local edges the record names */
+	int			blocked[ZKW_MAX_BLOCKED];
 } ZkdWait;
 
 /* The wait starts now (a no-op if it already started). */
@@ -39,10 +45,12 @@ extern void zkd_wait_begin(ZkdWait *w);
 extern TimestampTz zkd_wake_at(ZkdWait *w, TimestampTz deadline);
 
 /*
- * If the check is due: publish the record (first time), search, and raise
- * ERROR 40P01 if this waiter is the victim of a cycle seen twice.  Any
- * trouble asking ZooKeeper just defers the search.  resource and mode are
- * the lock asked for, node our waiting node's full path.
+ * If the check is due: publish the record (first time) or bring its
+ * PostgreSQL-local edges up to date, search when a search is due (by the
+ * schedule, because those edges changed, or because another member woke
+ * us), and raise ERROR 40P01 if this waiter is the victim of a cycle seen
+ * twice.  Any trouble asking ZooKeeper just defers the search.  resource
+ * and mode are the lock asked for, node our waiting node's full path.
  */
 extern void zkd_check(ZkdWait *w, const char *resource, const char *node,
 					  ZkrMode mode, TimestampTz deadline);

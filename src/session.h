@@ -53,6 +53,7 @@ typedef struct ZksStat
 {
 	int64		czxid;
 	int64		ephemeral_owner;
+	int32		version;		/* of the data */
 } ZksStat;
 
 /*
@@ -82,6 +83,8 @@ extern ZksRequest *zks_send_create(const char *path, const char *data,
 extern ZksRequest *zks_send_children(const char *path, bool watch);
 extern ZksRequest *zks_send_exists(const char *path, bool watch);
 extern ZksRequest *zks_send_get(const char *path);
+extern ZksRequest *zks_send_set(const char *path, const char *data,
+								int len, int version);
 
 /*
  * Watch a node for deletion (or change) with a data watch: ZKS_NONODE,

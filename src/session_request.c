@@ -488,6 +488,21 @@ zks_send_exists(const char *path, bool watch)
 	return sent(req, zoo_aexists(zh, path, watch ? 1 : 0, exists_completion, req));
 }
 
+/*
+ * Replace a node's data (ZooKeeper's setData), if its version is still
+ * version (-1: whatever it is).  The stat of the reply tells the new one.
+ */
+ZksRequest *
+zks_send_set(const char *path, const char *data, int len, int version)
+{
+	ZksRequest *req = new_request(KIND_EXISTS, path);
+
+	if (zh == NULL)
+		return sent(req, ZINVALIDSTATE);
+	return sent(req, zoo_aset(zh, path, data, len, version, exists_completion,
+							  req));
+}
+
 ZksRequest *
 zks_send_checks(const char *const *paths, int n, int *taken)
 {
@@ -704,6 +719,7 @@ zks_get_stat(ZksRequest *req, ZksStat *stat)
 	Assert(req->state == REQ_DONE && req->has_stat);
 	stat->czxid = req->stat.czxid;
 	stat->ephemeral_owner = req->stat.ephemeralOwner;
+	stat->version = req->stat.version;
 }
 
 char *

@@ -49,15 +49,28 @@ size_t
 zkw_format_record(const ZkwRecord *r, char *out, size_t outsize)
 {
 	int			head;
+	char		list[ZKW_MAX_BLOCKED * 12 + 48];
+	size_t		list_len = 0;
 
+	if (r->nblocked < 0 || r->nblocked > ZKW_MAX_BLOCKED)
+		return 0;
+	list_len += (size_t) snprintf(list + list_len, sizeof(list) - list_len,
+								  " beat=%llu", (unsigned long long) r->beat);
+	for (int i = 0; i < r->nblocked; i++)
+		list_len += (size_t) snprintf(list + list_len, sizeof(list) - list_len,
+									  "%s%d", i == 0 ? " blocked=" : ",",
+									  r->blocked[i]);
 	head = snprintf(out, outsize,
 					RECORD_TAG "sysid=%llu pid=%d mode=%s node=%zu:",
 					(unsigned long long) r->sysid, r->pid,
 					zkr_mode_name(r->mode), r->node_len);
-	if (head < 0 || (size_t) head + r->node_len + 10 + r->resource_len >= outsize)
+	if (head < 0 ||
+		(size_t) head + r->node_len + list_len + 10 + r->resource_len >= outsize)
 		return 0;
 	memcpy(out + head, r->node, r->node_len);
 	head += r->node_len;
+	memcpy(out + head, list, list_len);
+	head += list_len;
 	memcpy(out + head, " resource=", 10);
 	head += 10;
 	memcpy(out + head, r->resource, r->resource_len);
@@ -66,22 +79,31 @@ zkw_format_record(const ZkwRecord *r, char *out, size_t outsize)
 	return head;
 }
 
-/* Parse "<key>=<unsigned decimal>" at *p, moving past it and one space. */
+/*
+ * Parse "<key>=<unsigned decimal>" (or the bare number if key is NULL) at
+ * *p, moving past it.  A value past 2^64 - 1 is refused, never wrapped.
+ */
 static bool
 parse_number(const char **p, const char *end, const char *key,
 			 unsigned long long *value)
 {
-	size_t		klen = strlen(key);
 	const char *q = *p;
 	unsigned long long v = 0;
 	int			digits = 0;
 
-	if ((size_t) (end - q) < klen + 1 || memcmp(q, key, klen) != 0 ||
-		q[klen] != '=')
-		return false;
-	q += klen + 1;
-	while (q < end && *q >= '0' && *q <= '9' && digits < 20)
+	if (key != NULL)
 	{
+		size_t		klen = strlen(key);
+
+		if ((size_t) (end - q) < klen + 1 || memcmp(q, key, klen) != 0 ||
+			q[klen] != '=')
+			return false;
+		q += klen + 1;
+	}
+	while (q < end && *q >= '0' && *q <= '9')
+	{
+		if (v > (UINT64_MAX - (unsigned long long) (*q - '0')) / 10)
+			return false;
 		v = v * 10 + (unsigned long long) (*q - '0');
 		q++;
 		digits++;
@@ -133,6 +155,23 @@ zkw_parse_record(const char *data, size_t len, ZkwRecord *r)
 	r->node = p;
 	r->node_len = (size_t) v;
 	p += v;
+	if (expect(&p, end, " beat="))
+	{
+		if (!parse_number(&p, end, NULL, &v))
+			return false;
+		r->has_beat = true;
+		r->beat = v;
+	}
+	if (expect(&p, end, " blocked="))
+	{
+		do
+		{
+			if (r->nblocked == ZKW_MAX_BLOCKED ||
+				!parse_number(&p, end, NULL, &v) || v == 0 || v > 0x7FFFFFFF)
+				return false;
+			r->blocked[r->nblocked++] = (int) v;
+		} while (expect(&p, end, ","));
+	}
 	if (!expect(&p, end, " resource="))
 		return false;
 	r->resource = p;

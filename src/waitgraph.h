@@ -33,6 +33,9 @@ extern int	zkw_blockers(const ZkrContender *c, const int64_t *owners, int n,
 						 const char *self, ZkrMode mode, int64_t self_owner,
 						 int *out);
 
+/* Backends of the waiter's cluster a record names as waiting for it. */
+#define ZKW_MAX_BLOCKED 64
+
 /* A wait record, as published by a waiter past deadlock_timeout. */
 typedef struct ZkwRecord
 {
@@ -43,21 +46,41 @@ typedef struct ZkwRecord
 	size_t		node_len;
 	const char *resource;		/* the resource as given to zk_lock_* */
 	size_t		resource_len;
+
+	/*
+	 * The backends of the same cluster that wait in PostgreSQL's lock
+	 * manager for this one, directly or through other backends that wait
+	 * there: the PostgreSQL-local edges into this waiter, which only a
+	 * backend of its own cluster can see (deadlock.c).
+	 */
+	int			nblocked;
+	int			blocked[ZKW_MAX_BLOCKED];
+
+	/*
+	 * Advanced by the waiter at every check while it waits, and by nobody
+	 * else: the proof that the wait still goes on (records of 1.4 have
+	 * none, has_beat false).
+	 */
+	bool		has_beat;
+	uint64_t	beat;
 } ZkwRecord;
 
 /*
  * Format a record as its node's data:
- *	 "zklock-wait sysid=<u64> pid=<int> mode=<mode> node=<path> resource=<text>"
- * The resource comes last and runs to the end of the data (it may hold any
- * byte).  Returns the length written (without NUL), or 0 if it does not
- * fit in outsize.
+ *	 "zklock-wait sysid=<u64> pid=<int> mode=<mode> node=<len>:<path>
+ *	  beat=<u64> [blocked=<pid>,<pid>...] resource=<text>"
+ * (one line; the blocked list is left out when empty).  The resource
+ * comes last and runs to the end of the data (it may hold any byte).
+ * Returns the length written (without NUL), or 0 if it does not fit in
+ * outsize.
  */
 extern size_t zkw_format_record(const ZkwRecord *r, char *out, size_t outsize);
 
 /*
  * Parse a record's data (len bytes, need not be NUL-terminated).  The
  * record's node and resource point into data.  Returns false if it is not
- * a record.
+ * a record: anything malformed (any client without zklock.auth_file's
+ * credentials may have written it) is refused whole, never half read.
  */
 extern bool zkw_parse_record(const char *data, size_t len, ZkwRecord *r);
 

@@ -30,10 +30,11 @@ def module_setup(ctx):
     ctx.shared.pgs = [ctx.pg]
     for name in ('dl-b', 'dl-c'):
         ctx.shared.pgs.append(ctx.extra_cluster(name, DB))
-    ctx.pg.psql('CREATE TABLE IF NOT EXISTS dl_rows (id int PRIMARY KEY, v int)',
-                dbname=ctx.dbname)
-    ctx.pg.psql('INSERT INTO dl_rows VALUES (1, 0) ON CONFLICT DO NOTHING',
-                dbname=ctx.dbname)
+    for pg, db in zip(ctx.shared.pgs, (ctx.dbname, DB, DB)):
+        pg.psql('CREATE TABLE IF NOT EXISTS dl_rows (id int PRIMARY KEY, v int)',
+                dbname=db)
+        pg.psql('INSERT INTO dl_rows SELECT g, 0 FROM generate_series(1, 8) g '
+                'ON CONFLICT DO NOTHING', dbname=db)
 
 
 def module_teardown(ctx):
@@ -226,6 +227,211 @@ def test_mixed_row_lock_cycle(ctx):
     fb.result(15)
     b.query('COMMIT')
     settle(ctx, [res])
+
+
+# ---------------------------------------------------------------------------
+# cycles through PostgreSQL-local edges of other clusters (issue 30)
+# ---------------------------------------------------------------------------
+
+LONG = '60 s'       # each zklock wait's own timeout: a missed cycle ends there
+
+
+def first_victim(ctx, futs, what):
+    """Wait for the first statement of futs (name -> future) to end: one
+    40P01, and nothing else but grants it let through.  Returns (name,
+    error, seconds)."""
+    t0 = time.monotonic()
+    deadline = t0 + BOUND_S
+    while time.monotonic() < deadline and not any(f.done() for f in futs.values()):
+        time.sleep(0.01)
+    elapsed = time.monotonic() - t0
+    done = {n: outcome(f, 0) for n, f in futs.items() if f.done()}
+    assert done, '%s: nobody ended within %.1f s (a cycle nobody breaks)' % (
+        what, BOUND_S)
+    # the victim's ROLLBACK may already have let a member proceed
+    victims = [n for n, o in done.items() if o == '40P01']
+    assert len(victims) == 1 and \
+        all(o in ('40P01', 'granted') for o in done.values()), \
+        '%s: %r after %.2f s' % (what, done, elapsed)
+    name = victims[0]
+    try:
+        futs[name].result(0)
+    except psycopg2.Error as e:
+        return name, e, elapsed
+
+
+def in_lock_wait(ctx, cluster, pid):
+    """Does backend pid of cluster wait in PostgreSQL's lock manager?"""
+    mon = ctx.shared.monitors.get(cluster) if hasattr(ctx.shared, 'monitors') else None
+    if mon is None or mon.conn.closed:
+        if not hasattr(ctx.shared, 'monitors'):
+            ctx.shared.monitors = {}
+        mon = ctx.shared.monitors[cluster] = on(ctx, cluster, 'dl-mon-%d' % cluster)
+    return mon.scalar("SELECT wait_event_type = 'Lock' FROM pg_stat_activity "
+                      "WHERE pid = %s", [pid]) is True
+
+
+def row(b, rid):
+    return b.submit('UPDATE dl_rows SET v = v + 1 WHERE id = %s', [rid])
+
+
+def test_cycle_through_a_row_lock_of_another_cluster(ctx):
+    """X (cluster 0) waits for zklock r1 held by H (cluster 1); H waits for
+    a row lock held by W (cluster 1); W waits for zklock r2 held by X.  X
+    waits last, so its record is the youngest: the old rule named X, whose
+    search cannot see H's wait on cluster 1, and nobody acted.  W's record
+    now lists H as waiting for it, so X sees the cycle: exactly one 40P01
+    (X's), the others proceed."""
+    tag = 'dl-far-%d' % (int(time.time() * 1000) % 100000)
+    r1, r2 = tag + '/r1', tag + '/r2'
+    x = on(ctx, 0, 'dl-far-x')
+    h = on(ctx, 1, 'dl-far-h')
+    w = on(ctx, 1, 'dl-far-w')
+    for b in (x, h, w):
+        b.query('BEGIN')
+    w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 2')
+    token_of(x.submit('SELECT zk_lock_exclusive(%s)', [r2]), 15)
+    token_of(h.submit('SELECT zk_lock_exclusive(%s)', [r1]), 15)
+    fw = w.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r2, LONG])
+    ctx.zi.wait_contenders(r2, 2)
+    fh = row(h, 2)
+    harness.wait_until(lambda: in_lock_wait(ctx, 1, h.pid),
+                       10, 'H waits for the row lock')
+    fx = x.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r1, LONG])
+    ctx.zi.wait_contenders(r1, 2)
+    name, err, elapsed = first_victim(ctx, {'x': fx, 'w': fw, 'h': fh},
+                                      'X waits last')
+    ctx.figure('cycle through a row lock of another cluster: 40P01 after',
+               round(elapsed, 2), 's')
+    assert name == 'x', name
+    assert 'PostgreSQL lock' in (err.diag.message_detail or ''), \
+        err.diag.message_detail
+    x.query('ROLLBACK')
+    token_of(fw, 15, 'W after the victim')
+    w.query('COMMIT')
+    fh.result(15)
+    h.query('COMMIT')
+    settle(ctx, [r1, r2])
+
+
+def test_cycle_through_a_row_lock_of_another_cluster_mirrored(ctx):
+    """The same cycle with W waiting last: W (which sees H's wait on its
+    own cluster) is the youngest and the victim; X proceeds."""
+    tag = 'dl-mirror-%d' % (int(time.time() * 1000) % 100000)
+    r1, r2 = tag + '/r1', tag + '/r2'
+    x = on(ctx, 0, 'dl-mir-x')
+    h = on(ctx, 1, 'dl-mir-h')
+    w = on(ctx, 1, 'dl-mir-w')
+    for b in (x, h, w):
+        b.query('BEGIN')
+    w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 3')
+    token_of(x.submit('SELECT zk_lock_exclusive(%s)', [r2]), 15)
+    token_of(h.submit('SELECT zk_lock_exclusive(%s)', [r1]), 15)
+    fx = x.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r1, LONG])
+    ctx.zi.wait_contenders(r1, 2)
+    fh = row(h, 3)
+    harness.wait_until(lambda: in_lock_wait(ctx, 1, h.pid),
+                       10, 'H waits for the row lock')
+    fw = w.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r2, LONG])
+    ctx.zi.wait_contenders(r2, 2)
+    name, err, elapsed = first_victim(ctx, {'x': fx, 'w': fw, 'h': fh},
+                                      'W waits last')
+    ctx.figure('mirrored: 40P01 after', round(elapsed, 2), 's')
+    assert name == 'w', name
+    w.query('ROLLBACK')
+    fh.result(15)
+    h.query('COMMIT')
+    token_of(fx, 15, 'X after the victim')
+    x.query('COMMIT')
+    settle(ctx, [r1, r2])
+
+
+def test_local_edge_closing_late_wakes_the_victim(ctx):
+    """The cycle of the first test, but H starts waiting for W's row long
+    after both waits published their records: X (the youngest) searched at
+    deadlock_timeout and saw no cycle, and its next scheduled search is 6 x
+    deadlock_timeout later.  W sees H's wait within deadlock_timeout,
+    publishes it, finds the cycle whose victim is X, and wakes X: 40P01
+    within deadlock_timeout plus about a second of H's wait, not at X's
+    schedule."""
+    tag = 'dl-late-%d' % (int(time.time() * 1000) % 100000)
+    r1, r2 = tag + '/r1', tag + '/r2'
+    x = on(ctx, 0, 'dl-late-x')
+    h = on(ctx, 1, 'dl-late-h')
+    w = on(ctx, 1, 'dl-late-w')
+    for b in (x, h, w):
+        b.query('BEGIN')
+    w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 5')
+    token_of(x.submit('SELECT zk_lock_exclusive(%s)', [r2]), 15)
+    token_of(h.submit('SELECT zk_lock_exclusive(%s)', [r1]), 15)
+    fw = w.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r2, LONG])
+    ctx.zi.wait_contenders(r2, 2)
+    fx = x.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r1, LONG])
+    ctx.zi.wait_contenders(r1, 2)
+    harness.wait_until(lambda: len(waits_left(ctx)) == 2, DEADLOCK_S + 5,
+                       'both waits publish their records')
+    # the scenario itself: H's wait comes between X's scheduled searches
+    # (at 1, 3 and 7 x deadlock_timeout into its wait)
+    time.sleep(DEADLOCK_S * 2.3)
+    assert not fx.done() and not fw.done()
+    t0 = time.monotonic()
+    fh = row(h, 5)
+    name, err, _ = first_victim(ctx, {'x': fx, 'w': fw, 'h': fh},
+                                'the cycle closed late')
+    elapsed = time.monotonic() - t0
+    ctx.figure('cycle closed late by a row lock: 40P01 after', round(elapsed, 2), 's')
+    assert name == 'x', name
+    assert elapsed < DEADLOCK_S + 2, \
+        '40P01 %.2f s after the cycle closed: the victim was not woken' % elapsed
+    x.query('ROLLBACK')
+    token_of(fw, 15, 'W after the victim')
+    w.query('COMMIT')
+    fh.result(15)
+    h.query('COMMIT')
+    settle(ctx, [r1, r2])
+
+
+def test_cycle_through_row_locks_of_two_clusters(ctx):
+    """Two PostgreSQL-local edges on two clusters: X (0) waits for r1 held
+    by H1 (1); H1 waits for W1's row (1); W1 waits for r2 held by H2 (0);
+    H2 waits for X's row (0).  No member's own cluster shows the whole
+    cycle; the records do: exactly one 40P01, then everyone else ends."""
+    tag = 'dl-two-%d' % (int(time.time() * 1000) % 100000)
+    r1, r2 = tag + '/r1', tag + '/r2'
+    x = on(ctx, 0, 'dl-two-x')
+    h2 = on(ctx, 0, 'dl-two-h2')
+    h1 = on(ctx, 1, 'dl-two-h1')
+    w1 = on(ctx, 1, 'dl-two-w1')
+    for b in (x, h2, h1, w1):
+        b.query('BEGIN')
+    x.query('UPDATE dl_rows SET v = v + 1 WHERE id = 4')
+    w1.query('UPDATE dl_rows SET v = v + 1 WHERE id = 4')
+    token_of(h1.submit('SELECT zk_lock_exclusive(%s)', [r1]), 15)
+    token_of(h2.submit('SELECT zk_lock_exclusive(%s)', [r2]), 15)
+    fx = x.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r1, LONG])
+    ctx.zi.wait_contenders(r1, 2)
+    fw1 = w1.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r2, LONG])
+    ctx.zi.wait_contenders(r2, 2)
+    fh1 = row(h1, 4)
+    fh2 = row(h2, 4)
+    harness.wait_until(lambda: in_lock_wait(ctx, 1, h1.pid)
+                       and in_lock_wait(ctx, 0, h2.pid),
+                       10, 'H1 and H2 wait for row locks')
+    futs = {'x': fx, 'w1': fw1, 'h1': fh1, 'h2': fh2}
+    name, err, elapsed = first_victim(ctx, futs, 'two local edges')
+    ctx.figure('cycle through row locks of two clusters: 40P01 after',
+               round(elapsed, 2), 's')
+    assert name in ('x', 'w1'), name
+    assert (err.diag.message_detail or '').count('PostgreSQL lock') == 2, \
+        err.diag.message_detail
+    bs = {'x': x, 'w1': w1, 'h1': h1, 'h2': h2}
+    bs[name].query('ROLLBACK')
+    # the chain unwinds from the victim: each ends once its blocker commits
+    order = (['h2', 'w1', 'h1'] if name == 'x' else ['h1', 'x', 'h2'])
+    for n in order:
+        assert outcome(futs[n], 20) == 'granted', n
+        bs[n].query('COMMIT')
+    settle(ctx, [r1, r2])
 
 
 def test_no_false_deadlock_in_a_long_queue(ctx):

@@ -50,6 +50,8 @@ import time
 import types
 import uuid
 
+import psycopg2
+
 import zkproxy
 from harness import wait_until
 from test_multisession import LOCK_X, expect_sqlstate, token_of, \
@@ -638,7 +640,8 @@ def test_i_deadlock_search_reads_each_queue_once(ctx):
     waiters, all past deadlock_timeout, so that each has published a wait
     record and W's search follows every one of them.  The K waiters wait
     in W's own queue, for contenders W has already met: one search must
-    list that queue once and read each node ahead of W once.  (Listing it
+    list that queue once and read each node ahead of W once, and W's own
+    node once.  (Listing it
     again and reading the nodes ahead of every member it followed cost
     K + K (K + 1) / 2 more requests per search, so that the searches of a
     queue's waiters together grew as the cube of its length.)"""
@@ -670,7 +673,8 @@ def test_i_deadlock_search_reads_each_queue_once(ctx):
                    'two deadlock searches of the waiter at the tail')
         first, second = searches()[:2]
         one = sc.proxy.requests()[first:second]
-        records = [r for r in one if r.op == OP_GETDATA and
+        # (the data watch W keeps on its own record is no read of records)
+        records = [r for r in one if r.op == OP_GETDATA and not r.watch and
                    r.path.startswith(waits + '/')]
         listed = [r for r in one if r.op in LISTING_OPS and r.path == parent]
         read = [r.path for r in one if r.op == OP_GETDATA and not r.watch
@@ -679,9 +683,11 @@ def test_i_deadlock_search_reads_each_queue_once(ctx):
                    '%d records read, queue listed %d times, %d reads of '
                    '%d nodes ahead' % (len(records), len(listed), len(read),
                                        len(set(read))))
+        # read: the k + 1 nodes ahead of W, and W's own (a record's
+        # waiting node must be its session's, issue 30)
         assert len(records) == k + 1, describe(one)
-        assert len(set(read)) == k + 1 and f in read, describe(one)
-        assert len(listed) == 1 and len(read) == k + 1, \
+        assert len(set(read)) == k + 2 and f in read, describe(one)
+        assert len(listed) == 1 and len(read) == k + 2, \
             'one search listed the queue %d times and read %d nodes ' \
             '(%d distinct): %s' % (len(listed), len(read), len(set(read)),
                                    describe(one))
@@ -1001,3 +1007,55 @@ def test_m_held_request_is_freed_by_the_nudge(ctx):
         nudges = sum(x.scalar('SELECT nudges FROM zk_status()')
                      for x in (b, w)) - nudges_before
         assert nudges >= 5, 'zk_status() counted %d nudges' % nudges
+
+
+def test_n_record_of_an_ended_wait_closes_no_cycle(ctx):
+    """Issue 30: A (through the proxy) holds x and waits for y, held by B,
+    past deadlock_timeout, so its wait record is published.  A's connection
+    is cut (the proxy stopped, reconnects refused): its wait ends by its
+    timeout and it rolls back, but no delete can reach the server, so its
+    record, its waiting node and its node on x stay until its session
+    expires.  B then asks for x: ZooKeeper shows B -> A -> B, yet A no
+    longer waits.  Before the fix B got 40P01 within a few tenths of a
+    second; now A's record does not beat, B never acts, and it is granted
+    x once A's session has expired."""
+    rx, ry = 'proxy-stale/x', 'proxy-stale/y'
+    waits = ctx.root + '/%waits'
+    with Scene(ctx, 'stale-record') as sc:
+        px = sc.parent(rx)
+        sc.parent(ry)
+        a = sc.backend('proxy-stale-a')
+        b = ctx.backend('proxy-stale-b')
+        for c in (a, b):
+            c.query("SET deadlock_timeout = '100ms'")
+            c.query('BEGIN')
+        token_of(a.submit(LOCK_X, [rx, '10 seconds']), 15)
+        token_of(b.submit(LOCK_X, [ry, '10 seconds']), 15)
+        before = set(ctx.kz.get_children(waits)) if ctx.kz.exists(waits) else set()
+        fa = a.submit(LOCK_X, [ry, '2 seconds'])
+        wait_until(lambda: ctx.kz.exists(waits) and
+                   set(ctx.kz.get_children(waits)) - before, 15,
+                   "A's wait record")
+        record = waits + '/' + (set(ctx.kz.get_children(waits)) - before).pop()
+        sc.proxy.stop()
+        try:
+            fa.result(15)
+            raise AssertionError('A was granted y while B holds it')
+        except psycopg2.Error as e:
+            assert e.pgcode in ('55P03', '08001'), e
+        a.query('ROLLBACK')
+        a_x = [n for n in ctx.zi.contenders(parent=px)]
+        assert ctx.kz.exists(record) and len(a_x) == 1, \
+            'the ended wait should still show in ZooKeeper: %r' % a_x
+        t0 = time.monotonic()
+        fb = b.submit(LOCK_X, [rx, '60 seconds'])
+        try:
+            fb.result(ctx.session_timeout + 20)
+        except psycopg2.Error as e:
+            raise AssertionError('B got %s %s after %.2f s: a cycle through '
+                                 'a wait that had ended' % (
+                                     e.pgcode, e, time.monotonic() - t0))
+        ctx.figure('n: B granted after A\'s session expired',
+                   round(time.monotonic() - t0, 1), 's')
+        assert not ctx.kz.exists(record)
+        b.query('COMMIT')

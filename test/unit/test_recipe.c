@@ -1505,11 +1505,17 @@ test_waitgraph(void)
 		   "blockers: -1 when self is not in the queue");
 	}
 	{
-		ZkwRecord	r = {7290123456789012345ULL, 4242, ZKR_MODE_SHARED,
-			"/zk lock/a b/_c_x-__READ__0000000001", 0, "a b\nc=d", 0};
+		ZkwRecord	r;
 		ZkwRecord	back;
 		char		buf[512];
 		size_t		len;
+
+		memset(&r, 0, sizeof(r));
+		r.sysid = 7290123456789012345ULL;
+		r.pid = 4242;
+		r.mode = ZKR_MODE_SHARED;
+		r.node = "/zk lock/a b/_c_x-__READ__0000000001";
+		r.resource = "a b\nc=d";
 
 		r.node_len = strlen(r.node);
 		r.resource_len = strlen(r.resource);
@@ -1528,11 +1534,78 @@ test_waitgraph(void)
 		ok(!zkw_parse_record(buf, 30, &back),
 		   "record: a truncated record is refused");
 		len = zkw_format_record(&r, buf, sizeof(buf));
-		buf[len - 7 - 10 - 3] = 'X';	/* inside the node: its length holds */
+		*(strstr(buf, " beat=") - 3) = 'X';	/* inside the node: its length holds */
 		ok(zkw_parse_record(buf, len, &back), "record: node bytes are opaque");
 		ok(!zkw_parse_record("zklock-wait sysid=1 pid=2 mode=shared node=999:/a resource=",
 							 59, &back),
 		   "record: a node length past the end is refused");
+	}
+	{
+		/* the PostgreSQL-local edges a record publishes (issue 30) */
+		ZkwRecord	r;
+		ZkwRecord	back;
+		char		buf[2048];
+		size_t		len;
+		const char *old = "zklock-wait sysid=5 pid=6 mode=exclusive node=2:/a resource=r";
+		const char *bad[] = {
+			"zklock-wait sysid=5 pid=6 mode=exclusive node=2:/a blocked= resource=r",
+			"zklock-wait sysid=5 pid=6 mode=exclusive node=2:/a blocked=0 resource=r",
+			"zklock-wait sysid=5 pid=6 mode=exclusive node=2:/a blocked=7, resource=r",
+			"zklock-wait sysid=5 pid=6 mode=exclusive node=2:/a blocked=2147483648 resource=r",
+			"zklock-wait sysid=5 pid=6 mode=exclusive node=2:/a blocked=7x resource=r",
+			"zklock-wait sysid=18446744073709551616 pid=6 mode=exclusive node=2:/a resource=r",
+		};
+		bool		all_refused = true;
+		bool		same = true;
+
+		memset(&r, 0, sizeof(r));
+		r.sysid = 18446744073709551615ULL;
+		r.pid = 99;
+		r.mode = ZKR_MODE_EXCLUSIVE;
+		r.node = "/l/_c_a-__WRIT__0000000002";
+		r.node_len = strlen(r.node);
+		r.resource = "x blocked=1 resource=y";
+		r.resource_len = strlen(r.resource);
+		r.nblocked = ZKW_MAX_BLOCKED;
+		for (int i = 0; i < ZKW_MAX_BLOCKED; i++)
+			r.blocked[i] = 2147483647 - i;
+		len = zkw_format_record(&r, buf, sizeof(buf));
+		ok(len > 0 && zkw_parse_record(buf, len, &back) &&
+		   back.sysid == r.sysid && back.nblocked == ZKW_MAX_BLOCKED &&
+		   back.resource_len == r.resource_len &&
+		   memcmp(back.resource, r.resource, r.resource_len) == 0,
+		   "record: %d blocked pids, the greatest sysid and a resource that looks like fields survive",
+		   ZKW_MAX_BLOCKED);
+		for (int i = 0; i < back.nblocked; i++)
+			same &= (back.blocked[i] == r.blocked[i]);
+		ok(same, "record: the blocked pids come back in order");
+		r.nblocked = 0;
+		len = zkw_format_record(&r, buf, sizeof(buf));
+		ok(len > 0 && strstr(buf, "blocked") == strstr(buf, "x blocked") + 2 &&
+		   zkw_parse_record(buf, len, &back) && back.nblocked == 0,
+		   "record: an empty list is left out");
+		ok(zkw_parse_record(old, strlen(old), &back) && back.nblocked == 0 &&
+		   back.resource_len == 1,
+		   "record: a record of 1.4 still parses, with no local edges");
+		for (int i = 0; i < (int) (sizeof(bad) / sizeof(bad[0])); i++)
+			if (zkw_parse_record(bad[i], strlen(bad[i]), &back))
+			{
+				all_refused = false;
+				diag("parsed: %s", bad[i]);
+			}
+		ok(all_refused, "record: malformed lists and numbers past 2^64 - 1 are refused whole");
+		{
+			/* 65 pids: one more than a record may list */
+			char		many[2048];
+			int			n = snprintf(many, sizeof(many),
+									 "zklock-wait sysid=5 pid=6 mode=shared node=2:/a blocked=1");
+
+			for (int i = 2; i <= ZKW_MAX_BLOCKED + 1; i++)
+				n += snprintf(many + n, sizeof(many) - n, ",%d", i);
+			n += snprintf(many + n, sizeof(many) - n, " resource=r");
+			ok(!zkw_parse_record(many, n, &back),
+			   "record: a list longer than %d is refused", ZKW_MAX_BLOCKED);
+		}
 	}
 	{
 		/* 0 -> 1 -> 2 -> 0, and 2 -> 3 (a dead end) */
