@@ -18,7 +18,8 @@
  * The search then follows, from our own waiting node, "waits for" edges:
  * a waiting node waits for the conflicting contenders ahead of it in its
  * queue (as the recipe says), and those belong to ZooKeeper sessions
- * (their ephemeralOwner).  A session with a record waits itself, for the
+ * (their ephemeralOwner).  A session with a record (written by
+ * waitrecord.c) waits itself, for the
  * contenders ahead of its own node.  A session without one is a holder;
  * if it is a backend that waits in PostgreSQL's lock manager for a zklock
  * waiter of its own cluster (directly, or through other backends that
@@ -91,22 +92,17 @@
  */
 #include "postgres.h"
 
-#include "access/xlog.h"
-#include "catalog/pg_type_d.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
-#include "utils/wait_event.h"
-#include "utils/array.h"
-#include "utils/fmgrprotos.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "deadlock.h"
+#include "waitrecord.h"
 #include "waitgraph.h"
 #include "zklock.h"
 
-#define WAITS_DIR		"%waits"
 #define MAX_MEMBERS		64		/* sessions followed in one search */
 #define MAX_EDGES		512
 #define MAX_RECORDS		4096
@@ -200,19 +196,12 @@ zkd_wait_begin(ZkdWait *w)
 												  DeadlockTimeout);
 }
 
-/* Has another member written our record since we last looked? */
-static bool
-woken(ZkdWait *w)
-{
-	return w->watching && zks_watch_state(w->record) != ZKS_WATCH_ARMED;
-}
-
 TimestampTz
 zkd_wake_at(ZkdWait *w, TimestampTz deadline)
 {
 	if (w->check_at == 0)
 		return deadline;
-	if (woken(w))
+	if (zkwr_woken(w))
 		return GetCurrentTimestamp();
 	if (deadline == 0 || w->check_at < deadline)
 		return w->check_at;
@@ -236,242 +225,11 @@ zkd_wait_end(ZkdWait *w)
 	w->nblocked = 0;
 }
 
-static char *
-waits_parent(void)
-{
-	return psprintf("%s/%s", zklock_root, WAITS_DIR);
-}
-
-/*
- * The backends of this cluster that wait in PostgreSQL's lock manager for
- * us, directly or through other backends waiting there: our record's
- * "blocked" list, in ascending order, at most ZKW_MAX_BLOCKED of them.
- *
- * pg_blocking_pids() answers "whom does p wait for"; we need the reverse,
- * so it is asked of every backend that waits for a heavyweight lock now
- * (wait_event_info read without a lock, as pg_stat_activity does: a
- * backend that starts waiting right after is seen at the next check).  A
- * backend waiting for a zklock waits on its latch, not in the lock
- * manager, so a chain never runs through another zklock waiter.
- */
-static int
-local_blocked(int *out)
-{
-	uint32		nprocs = ProcGlobal->allProcCount;
-	int		   *cand = palloc(sizeof(int) * Max(nprocs, 1));
-	int		  **blockers = palloc0(sizeof(int *) * Max(nprocs, 1));
-	int		   *nblockers = palloc0(sizeof(int) * Max(nprocs, 1));
-	bool	   *reached = palloc0(sizeof(bool) * Max(nprocs, 1));
-	int			ncand = 0;
-	int			n = 0;
-	bool		grew = true;
-
-	for (uint32 i = 0; i < nprocs; i++)
-	{
-		PGPROC	   *proc = &ProcGlobal->allProcs[i];
-		int			pid = *(volatile int *) &proc->pid;
-		uint32		wei = *(volatile uint32 *) &proc->wait_event_info;
-
-		if (pid != 0 && pid != MyProcPid &&
-			(wei & 0xFF000000) == PG_WAIT_LOCK)
-			cand[ncand++] = pid;
-	}
-	for (int c = 0; c < ncand; c++)
-	{
-		ArrayType  *arr;
-		Datum	   *elems;
-		int			nelems;
-
-		CHECK_FOR_INTERRUPTS();
-		arr = DatumGetArrayTypeP(DirectFunctionCall1(pg_blocking_pids,
-													 Int32GetDatum(cand[c])));
-		deconstruct_array(arr, INT4OID, 4, true, TYPALIGN_INT,
-						  &elems, NULL, &nelems);
-		blockers[c] = palloc(sizeof(int) * Max(nelems, 1));
-		for (int j = 0; j < nelems; j++)
-			blockers[c][j] = DatumGetInt32(elems[j]);
-		nblockers[c] = nelems;
-	}
-	/* backwards from us: whoever waits for someone reached is reached */
-	while (grew)
-	{
-		grew = false;
-		for (int c = 0; c < ncand; c++)
-		{
-			if (reached[c])
-				continue;
-			for (int j = 0; j < nblockers[c] && !reached[c]; j++)
-			{
-				int			b = blockers[c][j];
-
-				if (b == MyProcPid)
-					reached[c] = true;
-				for (int k = 0; k < ncand && !reached[c]; k++)
-					if (reached[k] && cand[k] == b)
-						reached[c] = true;
-			}
-			grew |= reached[c];
-		}
-	}
-	for (int c = 0; c < ncand; c++)
-		if (reached[c] && n < ZKW_MAX_BLOCKED)
-			out[n++] = cand[c];
-	/* ascending, so that an unchanged list compares equal */
-	for (int i = 1; i < n; i++)
-		for (int j = i; j > 0 && out[j - 1] > out[j]; j--)
-		{
-			int			t = out[j];
-
-			out[j] = out[j - 1];
-			out[j - 1] = t;
-		}
-	return n;
-}
-
-/* Our record's data, with w's blocked list. */
-static char *
-format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
-		   int *len)
-{
-	ZkwRecord	r;
-	size_t		size;
-	char	   *data;
-
-	memset(&r, 0, sizeof(r));
-	r.sysid = GetSystemIdentifier();
-	r.pid = MyProcPid;
-	r.mode = mode;
-	r.node = node;
-	r.node_len = strlen(node);
-	r.resource = resource;
-	r.resource_len = strlen(resource);
-	r.beat = w->beat;
-	r.nblocked = w->nblocked;
-	memcpy(r.blocked, w->blocked, sizeof(int) * w->nblocked);
-	size = r.node_len + r.resource_len + 128 + 12 * ZKW_MAX_BLOCKED;
-	data = palloc(size);
-	*len = (int) zkw_format_record(&r, data, size);
-	return data;
-}
-
-/*
- * Keep a data watch on our own record: another member that finds a cycle
- * whose victim we are writes the record back unchanged to wake us.  Set
- * after each write of our own (whose event has come in before the
- * write's reply), so that only others' writes and session events fire
- * it.  Without room in the watch table we go without: the schedule still
- * searches.
- */
-static void
-watch_own(ZkdWait *w, TimestampTz deadline)
-{
-	ZksRequest *req;
-	bool		tracked;
-	ZksRc		rc;
-
-	if (w->watching)
-		zks_unwatch_node(w->record);
-	w->watching = false;
-	if (!zks_watch_room())
-		return;
-	w->req = req = zks_watch_node(w->record, &tracked);
-	rc = zks_wait(req, deadline);
-	zks_done(req);
-	w->req = NULL;
-	zks_watch_reply(w->record, rc);
-	if (rc == ZKS_OK && tracked)
-		w->watching = true;
-	else
-		zks_unwatch_node(w->record);
-}
-
-/*
- * Write our record's blocked list.  Returns false if ZooKeeper would not
- * have it now; a record gone (a sweep) is published again next time.
- */
-static bool
-refresh(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
-		TimestampTz deadline)
-{
-	int			len;
-	char	   *data = format_own(w, resource, node, mode, &len);
-	ZksRc		rc;
-
-	if (len == 0)
-		return false;
-	w->req = zks_send_set(w->record, data, len, -1);
-	rc = zks_wait(w->req, deadline);
-	zks_done(w->req);
-	w->req = NULL;
-	if (rc == ZKS_NONODE)
-	{
-		if (w->watching)
-			zks_unwatch_node(w->record);
-		w->watching = false;
-		w->record = NULL;
-	}
-	return rc == ZKS_OK;
-}
-
-/*
- * Publish our record.  Returns false if ZooKeeper would not have it now
- * (the search is then tried again later).
- */
-static bool
-publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
-		TimestampTz deadline)
-{
-	char	   *path = psprintf("%s/%016llx", waits_parent(),
-								(unsigned long long) zks_session_id());
-	char	   *data;
-	int			len;
-
-	data = format_own(w, resource, node, mode, &len);
-	if (len == 0)
-		return false;
-
-	for (int tries = 0; tries < 3; tries++)
-	{
-		ZksRc		rc;
-
-		w->req = zks_send_create(path, data, len, ZKS_EPHEMERAL);
-		rc = zks_wait(w->req, deadline);
-		if (rc == ZKS_OK)
-		{
-			ZksStat		st;
-
-			zks_get_stat(w->req, &st);
-			w->record = zks_take_created_path(w->req);
-			w->record_czxid = st.czxid;
-			zks_done(w->req);
-			w->req = NULL;
-			return true;
-		}
-		zks_done(w->req);
-		w->req = NULL;
-		if (rc == ZKS_NONODE)
-		{
-			/* the records' parent: a container, like a lock parent */
-			w->req = zks_send_create(waits_parent(), "", 0, ZKS_CONTAINER);
-			rc = zks_wait(w->req, deadline);	/* an ERROR: zkd_wait_end */
-			zks_done(w->req);
-			w->req = NULL;
-			if (rc != ZKS_OK && rc != ZKS_NODEEXISTS)
-				return false;
-		}
-		else if (rc == ZKS_NODEEXISTS)
-			zks_delete_async(path); /* an old one of ours; sent before */
-		else
-			return false;
-	}
-	return false;
-}
-
 /* Read every record (one listing, the data sent back to back). */
 static void
 read_records(Search *s)
 {
-	char	   *parent = waits_parent();
+	char	   *parent = zkwr_waits_parent();
 	ZksRequest *sreq;
 	ZksRequest *lreq;
 	ZksRequest **gets = NULL;
@@ -950,19 +708,6 @@ deadlock_error(const Cycle *c)
 }
 
 /*
- * Wake a member: write its record back as we read it, with its version,
- * so a newer record of its own is never overwritten (a write that lost
- * that race has woken it anyway).  Its data watch fires, and it checks at
- * once: a victim searches, any member beats.  The reply is not waited
- * for: nothing here depends on it.
- */
-static void
-wake_member(const Record *rec)
-{
-	zks_done(zks_send_set(rec->path, rec->data, rec->len, rec->version));
-}
-
-/*
  * Has every other member with a record beaten since the first search?
  * Only a waiter that is connected and still in its wait advances its
  * beat.  A record that outlives its wait (its owner's connection is down,
@@ -1007,7 +752,7 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	MemoryContext old;
 	ZksActivity was;
 
-	if (w->check_at == 0 || (now < w->check_at && !woken(w)))
+	if (w->check_at == 0 || (now < w->check_at && !zkwr_woken(w)))
 		return;
 	/* (an ERROR leaves it set: the transaction's end resets it) */
 	was = zks_set_activity(ZKS_ACTIVITY_DEADLOCK);
@@ -1019,12 +764,12 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	old = MemoryContextSwitchTo(cxt);
 
 	/* our PostgreSQL-local edges, as the lock manager shows them now */
-	nblocked = local_blocked(blocked);
+	nblocked = zkwr_local_blocked(blocked);
 	changed = (nblocked != w->nblocked ||
 			   memcmp(blocked, w->blocked, sizeof(int) * nblocked) != 0);
 	w->nblocked = nblocked;
 	memcpy(w->blocked, blocked, sizeof(int) * nblocked);
-	due = woken(w) || changed || w->search_at == 0 || now >= w->search_at;
+	due = zkwr_woken(w) || changed || w->search_at == 0 || now >= w->search_at;
 
 	/* publish, or beat (with the list as it is now) */
 	w->beat++;
@@ -1032,12 +777,12 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	{
 		/* the record's path outlives this check */
 		MemoryContextSwitchTo(old);
-		written = publish(w, resource, node, mode, deadline);
+		written = zkwr_publish(w, resource, node, mode, deadline);
 		MemoryContextSwitchTo(cxt);
 		due = true;
 	}
 	else
-		written = refresh(w, resource, node, mode, deadline);
+		written = zkwr_refresh(w, resource, node, mode, deadline);
 	if (!written)
 	{
 		/* (a record gone is published next time) */
@@ -1046,7 +791,7 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		w->watching = false;	/* no new check before check_at */
 		goto out;
 	}
-	watch_own(w, deadline);
+	zkwr_watch_own(w, deadline);
 	if (!due)
 		goto out;
 
@@ -1070,7 +815,8 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 
 		for (int k = 0; k < first->len; k++)
 			if (first->m[k].has_record && first->m[k].session != zks_session_id())
-				wake_member(first->m[k].rec);
+				zkwr_wake(first->m[k].rec->path, first->m[k].rec->data,
+						  first->m[k].rec->len, first->m[k].rec->version);
 		for (;;)
 		{
 			Cycle	   *again = palloc0(sizeof(Cycle));
@@ -1087,7 +833,8 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		}
 	}
 	else if (first->other != NULL)
-		wake_member(first->other);
+		zkwr_wake(first->other->path, first->other->data,
+				  first->other->len, first->other->version);
 
 out:
 	MemoryContextSwitchTo(old);

@@ -1,0 +1,283 @@
+/*-------------------------------------------------------------------------
+ *
+ * waitrecord.c
+ *	  A zklock waiter's own wait record: what it publishes, and keeps up to
+ *	  date, for the deadlock search of every member (deadlock.c).
+ *
+ * The record is an ephemeral node <zklock.root>/%waits/<session id> (see
+ * deadlock.c for its part in the search).  This file makes it: it finds
+ * the PostgreSQL-local edges into this waiter (the backends of its cluster
+ * that wait for it in the lock manager), writes them with the beat at
+ * every check, keeps a data watch on the record so that another member
+ * can wake it by writing the record back, and wakes others so.
+ *
+ * src/waitrecord.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "catalog/pg_type_d.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/array.h"
+#include "utils/fmgrprotos.h"
+#include "utils/wait_event.h"
+
+#include "deadlock.h"
+#include "waitrecord.h"
+#include "zklock.h"
+
+#define WAITS_DIR		"%waits"
+
+/* Has another member written our record since we last looked? */
+bool
+zkwr_woken(ZkdWait *w)
+{
+	return w->watching && zks_watch_state(w->record) != ZKS_WATCH_ARMED;
+}
+
+char *
+zkwr_waits_parent(void)
+{
+	return psprintf("%s/%s", zklock_root, WAITS_DIR);
+}
+
+/*
+ * The backends of this cluster that wait in PostgreSQL's lock manager for
+ * us, directly or through other backends waiting there: our record's
+ * "blocked" list, in ascending order, at most ZKW_MAX_BLOCKED of them.
+ *
+ * pg_blocking_pids() answers "whom does p wait for"; we need the reverse,
+ * so it is asked of every backend that waits for a heavyweight lock now
+ * (wait_event_info read without a lock, as pg_stat_activity does: a
+ * backend that starts waiting right after is seen at the next check).  A
+ * backend waiting for a zklock waits on its latch, not in the lock
+ * manager, so a chain never runs through another zklock waiter.
+ */
+int
+zkwr_local_blocked(int *out)
+{
+	uint32		nprocs = ProcGlobal->allProcCount;
+	int		   *cand = palloc(sizeof(int) * Max(nprocs, 1));
+	int		  **blockers = palloc0(sizeof(int *) * Max(nprocs, 1));
+	int		   *nblockers = palloc0(sizeof(int) * Max(nprocs, 1));
+	bool	   *reached = palloc0(sizeof(bool) * Max(nprocs, 1));
+	int			ncand = 0;
+	int			n = 0;
+	bool		grew = true;
+
+	for (uint32 i = 0; i < nprocs; i++)
+	{
+		PGPROC	   *proc = &ProcGlobal->allProcs[i];
+		int			pid = *(volatile int *) &proc->pid;
+		uint32		wei = *(volatile uint32 *) &proc->wait_event_info;
+
+		if (pid != 0 && pid != MyProcPid &&
+			(wei & 0xFF000000) == PG_WAIT_LOCK)
+			cand[ncand++] = pid;
+	}
+	for (int c = 0; c < ncand; c++)
+	{
+		ArrayType  *arr;
+		Datum	   *elems;
+		int			nelems;
+
+		CHECK_FOR_INTERRUPTS();
+		arr = DatumGetArrayTypeP(DirectFunctionCall1(pg_blocking_pids,
+													 Int32GetDatum(cand[c])));
+		deconstruct_array(arr, INT4OID, 4, true, TYPALIGN_INT,
+						  &elems, NULL, &nelems);
+		blockers[c] = palloc(sizeof(int) * Max(nelems, 1));
+		for (int j = 0; j < nelems; j++)
+			blockers[c][j] = DatumGetInt32(elems[j]);
+		nblockers[c] = nelems;
+	}
+	/* backwards from us: whoever waits for someone reached is reached */
+	while (grew)
+	{
+		grew = false;
+		for (int c = 0; c < ncand; c++)
+		{
+			if (reached[c])
+				continue;
+			for (int j = 0; j < nblockers[c] && !reached[c]; j++)
+			{
+				int			b = blockers[c][j];
+
+				if (b == MyProcPid)
+					reached[c] = true;
+				for (int k = 0; k < ncand && !reached[c]; k++)
+					if (reached[k] && cand[k] == b)
+						reached[c] = true;
+			}
+			grew |= reached[c];
+		}
+	}
+	for (int c = 0; c < ncand; c++)
+		if (reached[c] && n < ZKW_MAX_BLOCKED)
+			out[n++] = cand[c];
+	/* ascending, so that an unchanged list compares equal */
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && out[j - 1] > out[j]; j--)
+		{
+			int			t = out[j];
+
+			out[j] = out[j - 1];
+			out[j - 1] = t;
+		}
+	return n;
+}
+
+/* Our record's data, with w's blocked list. */
+static char *
+format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
+		   int *len)
+{
+	ZkwRecord	r;
+	size_t		size;
+	char	   *data;
+
+	memset(&r, 0, sizeof(r));
+	r.sysid = GetSystemIdentifier();
+	r.pid = MyProcPid;
+	r.mode = mode;
+	r.node = node;
+	r.node_len = strlen(node);
+	r.resource = resource;
+	r.resource_len = strlen(resource);
+	r.beat = w->beat;
+	r.nblocked = w->nblocked;
+	memcpy(r.blocked, w->blocked, sizeof(int) * w->nblocked);
+	size = r.node_len + r.resource_len + 128 + 12 * ZKW_MAX_BLOCKED;
+	data = palloc(size);
+	*len = (int) zkw_format_record(&r, data, size);
+	return data;
+}
+
+/*
+ * Keep a data watch on our own record: another member that finds a cycle
+ * whose victim we are writes the record back unchanged to wake us.  Set
+ * after each write of our own (whose event has come in before the
+ * write's reply), so that only others' writes and session events fire
+ * it.  Without room in the watch table we go without: the schedule still
+ * searches.
+ */
+void
+zkwr_watch_own(ZkdWait *w, TimestampTz deadline)
+{
+	ZksRequest *req;
+	bool		tracked;
+	ZksRc		rc;
+
+	if (w->watching)
+		zks_unwatch_node(w->record);
+	w->watching = false;
+	if (!zks_watch_room())
+		return;
+	w->req = req = zks_watch_node(w->record, &tracked);
+	rc = zks_wait(req, deadline);
+	zks_done(req);
+	w->req = NULL;
+	zks_watch_reply(w->record, rc);
+	if (rc == ZKS_OK && tracked)
+		w->watching = true;
+	else
+		zks_unwatch_node(w->record);
+}
+
+/*
+ * Write our record's blocked list.  Returns false if ZooKeeper would not
+ * have it now; a record gone (a sweep) is published again next time.
+ */
+bool
+zkwr_refresh(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
+		TimestampTz deadline)
+{
+	int			len;
+	char	   *data = format_own(w, resource, node, mode, &len);
+	ZksRc		rc;
+
+	if (len == 0)
+		return false;
+	w->req = zks_send_set(w->record, data, len, -1);
+	rc = zks_wait(w->req, deadline);
+	zks_done(w->req);
+	w->req = NULL;
+	if (rc == ZKS_NONODE)
+	{
+		if (w->watching)
+			zks_unwatch_node(w->record);
+		w->watching = false;
+		w->record = NULL;
+	}
+	return rc == ZKS_OK;
+}
+
+/*
+ * Publish our record.  Returns false if ZooKeeper would not have it now
+ * (the search is then tried again later).
+ */
+bool
+zkwr_publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
+		TimestampTz deadline)
+{
+	char	   *path = psprintf("%s/%016llx", zkwr_waits_parent(),
+								(unsigned long long) zks_session_id());
+	char	   *data;
+	int			len;
+
+	data = format_own(w, resource, node, mode, &len);
+	if (len == 0)
+		return false;
+
+	for (int tries = 0; tries < 3; tries++)
+	{
+		ZksRc		rc;
+
+		w->req = zks_send_create(path, data, len, ZKS_EPHEMERAL);
+		rc = zks_wait(w->req, deadline);
+		if (rc == ZKS_OK)
+		{
+			ZksStat		st;
+
+			zks_get_stat(w->req, &st);
+			w->record = zks_take_created_path(w->req);
+			w->record_czxid = st.czxid;
+			zks_done(w->req);
+			w->req = NULL;
+			return true;
+		}
+		zks_done(w->req);
+		w->req = NULL;
+		if (rc == ZKS_NONODE)
+		{
+			/* the records' parent: a container, like a lock parent */
+			w->req = zks_send_create(zkwr_waits_parent(), "", 0, ZKS_CONTAINER);
+			rc = zks_wait(w->req, deadline);	/* an ERROR: zkd_wait_end */
+			zks_done(w->req);
+			w->req = NULL;
+			if (rc != ZKS_OK && rc != ZKS_NODEEXISTS)
+				return false;
+		}
+		else if (rc == ZKS_NODEEXISTS)
+			zks_delete_async(path); /* an old one of ours; sent before */
+		else
+			return false;
+	}
+	return false;
+}
+
+/*
+ * Wake a member: write its record back as we read it, with its version,
+ * so a newer record of its own is never overwritten (a write that lost
+ * that race has woken it anyway).  Its data watch fires, and it checks at
+ * once: a victim searches, any member beats.  The reply is not waited
+ * for: nothing here depends on it.
+ */
+void
+zkwr_wake(const char *path, const char *data, int len, int version)
+{
+	zks_done(zks_send_set(path, data, len, version));
+}

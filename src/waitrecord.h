@@ -1,0 +1,46 @@
+/*-------------------------------------------------------------------------
+ *
+ * waitrecord.h
+ *	  A zklock waiter's own wait record (waitrecord.c), for deadlock.c.
+ *
+ * src/waitrecord.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_WAITRECORD_H
+#define ZKLOCK_WAITRECORD_H
+
+#include "deadlock.h"
+
+/* <zklock.root>/%waits, the records' parent */
+extern char *zkwr_waits_parent(void);
+
+/* Has another member written our record since we last looked? */
+extern bool zkwr_woken(ZkdWait *w);
+
+/*
+ * The backends of this cluster that wait in PostgreSQL's lock manager for
+ * this one (directly or through others waiting there), ascending, at most
+ * ZKW_MAX_BLOCKED: written to out[], their number returned.
+ */
+extern int	zkwr_local_blocked(int *out);
+
+/*
+ * Create our record / rewrite it (beat and blocked list from w).  Both
+ * return false if ZooKeeper would not have it now; a record found gone
+ * is published again at the next check.  Never raise for ZooKeeper's
+ * answers (only for interrupts).
+ */
+extern bool zkwr_publish(ZkdWait *w, const char *resource, const char *node,
+						 ZkrMode mode, TimestampTz deadline);
+extern bool zkwr_refresh(ZkdWait *w, const char *resource, const char *node,
+						 ZkrMode mode, TimestampTz deadline);
+
+/* (Re)set the data watch on our record, after a write of our own. */
+extern void zkwr_watch_own(ZkdWait *w, TimestampTz deadline);
+
+/* Wake another member: its record written back as read (fire and forget). */
+extern void zkwr_wake(const char *path, const char *data, int len,
+					  int version);
+
+#endif							/* ZKLOCK_WAITRECORD_H */
