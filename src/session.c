@@ -429,6 +429,8 @@ open_handle(void)
 	/* may raise ERROR: nothing is changed before it */
 	check_threads_available();
 	identity = zka_read_identity(zklock_auth_file);
+	if (identity != NULL)
+		zka_digest(identity, digest);	/* may raise ERROR, wiping it */
 	identity_file = strdup(zklock_auth_file ? zklock_auth_file : "");
 	if (identity_file == NULL)
 	{
@@ -438,10 +440,7 @@ open_handle(void)
 				 errmsg("out of memory")));
 	}
 	if (identity != NULL)
-	{
-		zka_digest(identity, digest);
 		zka_split(identity, &scheme_len, &cred);
-	}
 	if (auth_acl.count == 0)
 	{
 		auth_acl_entries[0].perms = ZOO_PERM_ALL;
