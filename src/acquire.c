@@ -549,7 +549,12 @@ zka_await_turn(ZkaAttempt *a)
 		cs = palloc(sizeof(ZkrContender) * Max(n, 1));
 		ncs = zkr_collect((const char *const *) children, n, cs);
 
-		/* ours never conflict: the other mode's node, strays of our prefix */
+		/*
+		 * Ours never conflict: the other mode's node, strays of our prefix,
+		 * and strays of earlier attempts of this session that it is about
+		 * to delete (a sweep's deletes go out only once its listing is
+		 * answered, so a listing of ours can still show them).
+		 */
 		own = palloc(sizeof(char *) * (ncs + 1));
 		if (a->own_other)
 			own[nown++] = a->own_other;
@@ -557,7 +562,11 @@ zka_await_turn(ZkaAttempt *a)
 			if ((zkr_has_prefix(cs[i].name, a->prefix) &&
 				 strcmp(cs[i].name, a->name) != 0) ||
 				(a->own_other_prefix &&
-				 zkr_has_prefix(cs[i].name, a->own_other_prefix)))
+				 zkr_has_prefix(cs[i].name, a->own_other_prefix)) ||
+				(strcmp(cs[i].name, a->name) != 0 &&
+				 (a->own_other == NULL ||
+				  strcmp(cs[i].name, a->own_other) != 0) &&
+				 zks_is_own_stray(a->parent, cs[i].name)))
 				own[nown++] = cs[i].name;
 
 		d = zkr_decide(cs, ncs, a->name, a->mode, own, nown);

@@ -15,6 +15,10 @@
  * The secret is kept out of PostgreSQL's memory contexts (which are freed
  * but not wiped): it is read into a stack buffer, copied to malloc'd
  * memory that is wiped when it is released, and it appears in no message.
+ * That copy lives only while a session is being opened: once libzookeeper
+ * has its own (it must, to authenticate again after a reconnect), the
+ * session layer keeps nothing but ZooKeeper's digest of the credentials
+ * (zka_digest), which every node's ACL shows anyway.
  *
  * src/auth.c
  *
@@ -25,6 +29,9 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "common/cryptohash.h"
+#include "common/sha1.h"
 
 #include "auth.h"
 
@@ -208,4 +215,61 @@ zka_split(const char *identity, int *scheme_len, const char **credentials)
 	Assert(colon != NULL);
 	*scheme_len = colon - identity;
 	*credentials = colon + 1;
+}
+
+/* SHA-1 of the credentials; false if it could not be computed. */
+static bool
+sha1_of_credentials(const char *identity, uint8 *digest)
+{
+	pg_cryptohash_ctx *ctx;
+	const char *cred;
+	int			scheme_len;
+	bool		ok;
+
+	StaticAssertStmt(ZKA_DIGEST_LEN == SHA1_DIGEST_LENGTH,
+					 "ZKA_DIGEST_LEN is the length of a SHA-1 digest");
+	zka_split(identity, &scheme_len, &cred);
+
+	/*
+	 * pg_cryptohash_free wipes the context, which holds the last block of
+	 * the input, before it frees it.
+	 */
+	ctx = pg_cryptohash_create(PG_SHA1);
+	if (ctx == NULL)
+		return false;
+	ok = (pg_cryptohash_init(ctx) == 0 &&
+		  pg_cryptohash_update(ctx, (const uint8 *) cred, strlen(cred)) == 0 &&
+		  pg_cryptohash_final(ctx, digest, ZKA_DIGEST_LEN) == 0);
+	pg_cryptohash_free(ctx);
+	return ok;
+}
+
+void
+zka_digest(char *identity, uint8 *digest)
+{
+	bool		ok;
+
+	/*
+	 * With OpenSSL, creating the context registers it with the current
+	 * resource owner, which can raise ERROR: the identity must not
+	 * survive that unwiped.
+	 */
+	PG_TRY();
+	{
+		ok = sha1_of_credentials(identity, digest);
+	}
+	PG_CATCH();
+	{
+		zka_free(identity);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!ok)
+	{
+		zka_free(identity);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory"),
+				 errdetail("Could not compute the digest of the ZooKeeper credentials.")));
+	}
 }

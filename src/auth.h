@@ -31,6 +31,20 @@ extern void zka_split(const char *identity, int *scheme_len,
 					  const char **credentials);
 
 /*
+ * ZooKeeper's digest of an identity's credentials: SHA-1 of
+ * "user:password", the value that the digest scheme puts in every ACL and
+ * that getACL shows to any client with READ on a node.  The session layer
+ * keeps it, not the identity, to notice that the file changed.
+ */
+#define ZKA_DIGEST_LEN 20
+
+/*
+ * Store the digest of identity's credentials in digest.  If it cannot be
+ * computed, releases identity (zka_free) and raises ERROR.
+ */
+extern void zka_digest(char *identity, uint8 *digest);
+
+/*
  * Bumped by the assign hook of zklock.auth_file, which runs whenever the
  * setting is (re)applied, in particular at every configuration reload: the
  * session layer reads the file again when it changed.

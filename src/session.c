@@ -73,8 +73,9 @@ static int	auth_result = -1;	/* zoo_add_auth reply; -1 while awaited */
 /* Backend-only state. */
 static char *zh_hosts = NULL;	/* settings the handle was made with */
 static int	zh_timeout = 0;
-static char *zh_auth = NULL;	/* identity the handle was made with
-								 * (malloc'd secret: zka_free) */
+static bool zh_auth = false;	/* the handle authenticates with ... */
+static uint8 zh_auth_digest[ZKA_DIGEST_LEN];	/* ... the identity of this
+												 * digest ... */
 static char *zh_auth_file = NULL;	/* ... read from this file ... */
 static uint64 zh_auth_generation = 0;	/* ... at this zka_generation */
 
@@ -263,12 +264,16 @@ zks_create_acl(void)
 	return zh_auth ? &auth_acl : &ZOO_OPEN_ACL_UNSAFE;
 }
 
-/* Drop the copy of the credentials, leaving nothing readable behind. */
+/*
+ * Forget the identity of the closed handle.  The password itself is not
+ * kept here (see open_handle), and zookeeper_close has freed
+ * libzookeeper's copy; the digest is public, but it goes too.
+ */
 static void
 forget_auth(void)
 {
-	zka_free(zh_auth);
-	zh_auth = NULL;
+	zh_auth = false;
+	explicit_bzero(zh_auth_digest, sizeof(zh_auth_digest));
 	free(zh_auth_file);
 	zh_auth_file = NULL;
 }
@@ -285,6 +290,7 @@ auth_changed(void)
 {
 	const char *want_file = zklock_auth_file ? zklock_auth_file : "";
 	char	   *identity;
+	uint8		digest[ZKA_DIGEST_LEN];
 	char	   *file_copy;
 	bool		changed;
 
@@ -293,8 +299,15 @@ auth_changed(void)
 		return false;
 
 	identity = zka_read_identity(want_file);
-	changed = strcmp(identity ? identity : "", zh_auth ? zh_auth : "") != 0;
-	zka_free(identity);
+	if (identity == NULL)
+		changed = zh_auth;
+	else
+	{
+		zka_digest(identity, digest);
+		zka_free(identity);
+		changed = !zh_auth ||
+			memcmp(digest, zh_auth_digest, ZKA_DIGEST_LEN) != 0;
+	}
 	if (!changed)
 	{
 		file_copy = strdup(want_file);
@@ -403,6 +416,7 @@ open_handle(void)
 
 	char	   *identity;
 	char	   *identity_file;
+	uint8		digest[ZKA_DIGEST_LEN];
 	uint64		generation = zka_generation;
 	int			scheme_len = 0;
 	const char *cred = NULL;
@@ -415,6 +429,8 @@ open_handle(void)
 	/* may raise ERROR: nothing is changed before it */
 	check_threads_available();
 	identity = zka_read_identity(zklock_auth_file);
+	if (identity != NULL)
+		zka_digest(identity, digest);	/* may raise ERROR, wiping it */
 	identity_file = strdup(zklock_auth_file ? zklock_auth_file : "");
 	if (identity_file == NULL)
 	{
@@ -503,10 +519,18 @@ open_handle(void)
 	/*
 	 * Authenticate before anything else: requests go out in order, and the
 	 * library sends the credentials again after every reconnect.
+	 *
+	 * zoo_add_auth keeps a copy of the credentials in the handle for those
+	 * reconnects, and zookeeper_close frees it (without wiping it; nor does
+	 * the library wipe the auth packets it sends).  That copy is the one
+	 * the session needs, so ours is wiped at once: to notice a changed
+	 * file, the digest is enough.
 	 */
 	pthread_mutex_lock(&zks_mutex);
 	zh = h;
-	zh_auth = identity;
+	zh_auth = (identity != NULL);
+	if (zh_auth)
+		memcpy(zh_auth_digest, digest, ZKA_DIGEST_LEN);
 	zh_auth_file = identity_file;
 	zh_auth_generation = generation;
 	auth_result = ZOK;
@@ -521,6 +545,7 @@ open_handle(void)
 			auth_result = ZAUTHFAILED;
 	}
 	pthread_mutex_unlock(&zks_mutex);
+	zka_free(identity);
 	zh_had_session = false;
 
 	/*

@@ -203,6 +203,14 @@ extern void zks_batch_end(void);
 extern void zks_sweep_async(const char *parent, const char *prefix);
 
 /*
+ * Is child name of parent a node of this session that no attempt owns and
+ * that the session is about to delete (a stray of a create given up: swept
+ * after a lost reply, or deleted after a late one)?  It is ours, so never
+ * another client's contender; it goes without anyone waiting for it.
+ */
+extern bool zks_is_own_stray(const char *parent, const char *name);
+
+/*
  * Watch notifications and session events.  A waiter takes a mark before it
  * sets its watch, then zks_wait_event() sleeps until a watch fires or the
  * session state changes after the mark (or is already over), or until the

@@ -5,7 +5,9 @@
  *	  create reply was lost, that libzookeeper's completion thread carries
  *	  out on its own, sends again after every reconnect and forgets once
  *	  the session is gone; and the deletes of a release, collected and
- *	  sent as multi requests.
+ *	  sent as multi requests.  The nodes its sweeps and stray deletes are
+ *	  about to remove are the backend's own, and it says which they are
+ *	  (zkt_is_stray_locked).
  *
  * Part of the session layer (see session.c): the task list is shared with
  * the completion thread under zks_mutex, and nothing of PostgreSQL runs
@@ -41,6 +43,7 @@ typedef struct CleanupTask
 	bool		dead;			/* session gone: free at the reply */
 	char	   *path;			/* node to delete, or parent to sweep */
 	char	   *prefix;			/* non-NULL for a sweep */
+	bool		stray;			/* deletes a node no attempt owns */
 
 	/*
 	 * A batch (path NULL): deletes sent as one multi request, so that a
@@ -61,6 +64,53 @@ static void submit_task_locked(CleanupTask *t);
 
 static CleanupTask *tasks = NULL;
 
+/* How many tasks are sweeps or delete strays (zkt_is_stray_locked). */
+static int	nstray = 0;
+
+/*
+ * The name prefixes of the strays deleted last.  A listing the server ran
+ * before a stray's delete may reach the backend after the delete's reply
+ * has ended its task; the node must still count as ours there.  Each
+ * prefix carries a fresh UUID, so an old entry never matches another
+ * node: the ring only bounds the memory.
+ */
+#define RECENT_STRAYS 32
+static char *recent_strays[RECENT_STRAYS];
+static int	recent_next = 0;
+
+/* Remember the name prefix of a stray's path (its last component without
+ * the sequence number), or a sweep's prefix as it is. */
+static void
+remember_stray_locked(const char *path, bool is_prefix)
+{
+	const char *last = strrchr(path, '/');
+	size_t		len;
+	int			prev = (recent_next + RECENT_STRAYS - 1) % RECENT_STRAYS;
+	char	   *copy;
+
+	last = last ? last + 1 : path;
+	len = strlen(last);
+	if (!is_prefix)
+	{
+		while (len > 0 && last[len - 1] >= '0' && last[len - 1] <= '9')
+			len--;
+		if (len > 0 && last[len - 1] == '-')
+			len--;
+	}
+	if (len == 0)
+		return;
+	if (recent_strays[prev] != NULL &&
+		strlen(recent_strays[prev]) == len &&
+		strncmp(recent_strays[prev], last, len) == 0)
+		return;					/* a batch of one call: one entry */
+	copy = strndup(last, len);
+	if (copy == NULL)
+		return;
+	free(recent_strays[recent_next]);
+	recent_strays[recent_next] = copy;
+	recent_next = (recent_next + 1) % RECENT_STRAYS;
+}
+
 static void
 free_task(CleanupTask *t)
 {
@@ -77,6 +127,15 @@ free_task(CleanupTask *t)
 static void
 unlink_task_locked(CleanupTask *t)
 {
+	if (t->prefix != NULL || t->stray)
+		nstray--;
+	if (t->prefix != NULL)
+		remember_stray_locked(t->prefix, true);
+	else if (t->stray && t->nbatch > 0)
+		for (int i = 0; i < t->nbatch; i++)
+			remember_stray_locked(t->batch[i], false);
+	else if (t->stray)
+		remember_stray_locked(t->path, false);
 	if (t->prev)
 		t->prev->next = t->next;
 	else
@@ -119,6 +178,7 @@ zkt_free_all_tasks_locked(void)
 		tasks = t->next;
 		free_task(t);
 	}
+	nstray = 0;
 }
 
 /* Link a task in and send it if the session can take it now. */
@@ -130,17 +190,19 @@ queue_task_locked(CleanupTask *t)
 	if (tasks)
 		tasks->prev = t;
 	tasks = t;
+	if (t->prefix != NULL || t->stray)
+		nstray++;
 	submit_task_locked(t);
 }
 
-/* A delete (prefix NULL) or a sweep. */
-void
-zkt_add_task_locked(const char *path, const char *prefix)
+static void
+add_task_locked(const char *path, const char *prefix, bool stray)
 {
 	CleanupTask *t = calloc(1, sizeof(CleanupTask));
 
 	if (t == NULL)
 		return;					/* the node goes when the session ends */
+	t->stray = stray;
 	t->path = strdup(path);
 	t->prefix = prefix ? strdup(prefix) : NULL;
 	if (t->path == NULL || (prefix != NULL && t->prefix == NULL))
@@ -151,12 +213,25 @@ zkt_add_task_locked(const char *path, const char *prefix)
 	queue_task_locked(t);
 }
 
+/* A delete (prefix NULL) or a sweep. */
+void
+zkt_add_task_locked(const char *path, const char *prefix)
+{
+	add_task_locked(path, prefix, false);
+}
+
+void
+zkt_add_stray_locked(const char *path)
+{
+	add_task_locked(path, NULL, true);
+}
+
 /*
  * A batch of n deletes; takes over paths[0..n-1] (malloc'd).  Without
  * memory for it, each path becomes a task of its own.
  */
 void
-zkt_add_batch_locked(char **paths, int n)
+zkt_add_batch_locked(char **paths, int n, bool stray)
 {
 	CleanupTask *t = calloc(1, sizeof(CleanupTask));
 
@@ -172,13 +247,14 @@ zkt_add_batch_locked(char **paths, int n)
 			free_task(t);
 		for (int i = 0; i < n; i++)
 		{
-			zkt_add_task_locked(paths[i], NULL);
+			add_task_locked(paths[i], NULL, stray);
 			free(paths[i]);
 		}
 		return;
 	}
 	memcpy(t->batch, paths, n * sizeof(char *));
 	t->nbatch = n;
+	t->stray = stray;
 	queue_task_locked(t);
 }
 
@@ -213,7 +289,7 @@ batch_task_completion(int rc, const void *data)
 	{
 		if (rc != ZOK && !zh_closing && !t->dead)
 			for (int i = 0; i < t->nbatch; i++)
-				zkt_add_task_locked(t->batch[i], NULL);
+				add_task_locked(t->batch[i], NULL, t->stray);
 		unlink_task_locked(t);
 	}
 	pthread_mutex_unlock(&zks_mutex);
@@ -249,7 +325,7 @@ sweep_task_completion(int rc, const struct String_vector *strings,
 					memcpy(child, t->path, plen2);
 					child[plen2] = '/';
 					memcpy(child + plen2 + 1, strings->data[i], clen + 1);
-					zkt_add_task_locked(child, NULL);
+					zkt_add_stray_locked(child);
 					free(child);
 				}
 			}
@@ -311,6 +387,66 @@ zkt_resubmit_tasks_locked(void)
 {
 	for (CleanupTask *t = tasks; t != NULL; t = t->next)
 		submit_task_locked(t);
+}
+
+/*
+ * Is path parent + "/" + name (whole, or with only a prefix of name as its
+ * last component)?
+ */
+bool
+zkt_path_names_child(const char *path, const char *parent, const char *name,
+					 bool prefix_only)
+{
+	size_t		plen = strlen(parent);
+	const char *last;
+
+	if (strncmp(path, parent, plen) != 0 || path[plen] != '/')
+		return false;
+	last = path + plen + 1;
+	if (prefix_only)
+		return last[0] != '\0' && strncmp(name, last, strlen(last)) == 0;
+	return strcmp(last, name) == 0;
+}
+
+/*
+ * Is child name of parent a node of this session that no attempt owns and
+ * that a task here is about to delete, or has just deleted: one a sweep
+ * finds (a create whose reply was lost after its waiter gave up), or one
+ * a create made after its waiter gave up?  Such a node can still be in a
+ * listing the backend makes meanwhile (a sweep's deletes go out only once
+ * its listing is answered), and it must not count as another client's
+ * contender there.
+ */
+bool
+zkt_is_stray_locked(const char *parent, const char *name)
+{
+	for (int i = 0; i < RECENT_STRAYS; i++)
+		if (recent_strays[i] != NULL &&
+			strncmp(name, recent_strays[i], strlen(recent_strays[i])) == 0)
+			return true;
+	if (nstray == 0)
+		return false;
+	for (CleanupTask *t = tasks; t != NULL; t = t->next)
+	{
+		if (t->dead)
+			continue;
+		if (t->prefix != NULL)
+		{
+			if (strcmp(t->path, parent) == 0 &&
+				strncmp(name, t->prefix, strlen(t->prefix)) == 0)
+				return true;
+		}
+		else if (t->stray && t->nbatch > 0)
+		{
+			for (int i = 0; i < t->nbatch; i++)
+				if (zkt_path_names_child(t->batch[i], parent, name, false))
+					return true;
+		}
+		else if (t->stray &&
+				 zkt_path_names_child(t->path, parent, name, false))
+			return true;
+	}
+	return false;
 }
 
 /* Parent and last component of a path, for a sweep task. */
@@ -411,7 +547,7 @@ zks_batch_end(void)
 			free(pending[start]);
 		}
 		else
-			zkt_add_batch_locked(&pending[start], n);
+			zkt_add_batch_locked(&pending[start], n, false);
 		start += n;
 	}
 	pthread_mutex_unlock(&zks_mutex);

@@ -92,8 +92,21 @@ extern void zksr_free_abandoned_locked(void);
 /* A delete of path (prefix NULL), or a sweep of parent path for prefix. */
 extern void zkt_add_task_locked(const char *path, const char *prefix);
 
-/* A batch of n deletes; takes over paths[0..n-1] (malloc'd). */
-extern void zkt_add_batch_locked(char **paths, int n);
+/* A delete of a node no attempt owns (see zkt_is_stray_locked). */
+extern void zkt_add_stray_locked(const char *path);
+
+/*
+ * A batch of n deletes; takes over paths[0..n-1] (malloc'd).  stray: of
+ * nodes no attempt owns.
+ */
+extern void zkt_add_batch_locked(char **paths, int n, bool stray);
+
+/* Is child name of parent a node of ours that a task is about to delete? */
+extern bool zkt_is_stray_locked(const char *parent, const char *name);
+
+/* Is path parent/name (or, prefix_only, parent/<a prefix of name>)? */
+extern bool zkt_path_names_child(const char *path, const char *parent,
+								 const char *name, bool prefix_only);
 
 /* A sweep for the node a create of path (a prefix) may have made. */
 extern void zkt_sweep_for_create_locked(const char *path);

@@ -146,7 +146,7 @@ finish_abandoned_locked(ZksRequest *req, int rc, const char *created)
 		!zh_closing)
 	{
 		if (rc == ZOK && created != NULL)
-			zkt_add_task_locked(created, NULL);
+			zkt_add_stray_locked(created);
 		else if (zks_is_connection_loss(rc))
 			zkt_sweep_for_create_locked(req->path);
 	}
@@ -167,7 +167,7 @@ finish_abandoned_locked(ZksRequest *req, int rc, const char *created)
 				if ((paths[n] = strdup(req->names + (size_t) i * req->name_len)) != NULL)
 					n++;
 			if (paths != NULL && n > 0)
-				zkt_add_batch_locked(paths, n);
+				zkt_add_batch_locked(paths, n, true);
 			free(paths);
 		}
 		else if (zks_is_connection_loss(rc))
@@ -755,6 +755,30 @@ zks_claim(ZksRequest *req)
 	pthread_mutex_lock(&zks_mutex);
 	req->taken = true;
 	pthread_mutex_unlock(&zks_mutex);
+}
+
+bool
+zks_is_own_stray(const char *parent, const char *name)
+{
+	bool		stray;
+
+	pthread_mutex_lock(&zks_mutex);
+	stray = zkt_is_stray_locked(parent, name);
+
+	/* a create given up with its reply still to come: swept or deleted */
+	for (ZksRequest *req = abandoned; req != NULL && !stray; req = req->next)
+	{
+		if (req->taken)
+			continue;
+		if (req->kind == KIND_CREATE && req->ephemeral)
+			stray = zkt_path_names_child(req->path, parent, name, true);
+		else if (req->kind == KIND_MULTI_CREATE)
+			for (int i = 0; i < req->nops && !stray; i++)
+				stray = zkt_path_names_child(req->prefixes[i], parent, name,
+											 true);
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	return stray;
 }
 
 void

@@ -39,7 +39,10 @@ play the other contenders:
      holding it back) is freed by the reply nudge well before the
      receive timeout, at each place zklock waits for a reply (lock call,
      listing, commit check, array call, semaphore lease) and at the one
-     where it does not (a release's delete, while the next holder waits).
+     where it does not (a release's delete, while the next holder waits);
+  n  the nodes of an array call's multi that ran after the call gave up
+     (its reply lost) are the backend's own in the next call's listing,
+     made before the sweep's deletes went out: not contenders in its way.
 
 Every test proves that its race really happened (the hook fired, the
 server answered what the race implies), so that a pass is not vacuous.
@@ -57,7 +60,7 @@ from harness import wait_until
 from test_multisession import LOCK_X, expect_sqlstate, token_of, \
     watched_under
 from zkproxy import OP_CREATE2, OP_DELETE, OP_EXISTS, OP_GETCHILDREN, \
-    OP_GETCHILDREN2, OP_GETDATA, OP_PING, OP_SYNC, ZNONODE, ZOK, \
+    OP_GETCHILDREN2, OP_GETDATA, OP_MULTI, OP_PING, OP_SYNC, ZNONODE, ZOK, \
     ZSESSIONMOVED
 
 TIMEOUT = 180
@@ -1009,7 +1012,106 @@ def test_m_held_request_is_freed_by_the_nudge(ctx):
         assert nudges >= 5, 'zk_status() counted %d nudges' % nudges
 
 
-def test_n_record_of_an_ended_wait_closes_no_cycle(ctx):
+def test_n_stray_of_an_abandoned_multi_is_not_a_foreign_contender(ctx):
+    """An array call's multi create is held in the proxy until the
+    1-second call has given up (55P03); then it reaches the server, which
+    creates both nodes, and its reply is swallowed and the connection
+    dropped.  Those nodes are this session's strays, swept after the
+    reconnect (a sync, a listing, then the deletes).  The backend holds a
+    session-level shared lock on the first resource from before, so the
+    stray exclusive node there sorts right after its shared node.  The
+    proxy holds the sweep's listing reply (and so every reply behind it)
+    for a while: the next array call's creates and listings reach the
+    server before the sweep's deletes and see the strays.  They are the
+    backend's own: the call must be granted at once.  Before the fix it
+    took the stray for a foreign exclusive contender: it gave up the
+    second lock, waited for its own stray until the sweep deleted it,
+    and created the second node again in another multi (had its wait's
+    listing still shown the stray, the rule for exclusive over one's own
+    shared with a foreign waiter between would have refused it, 40P01)."""
+    res = ['proxy-stray-a', 'proxy-stray-b']
+    with Scene(ctx, 'stray') as sc:
+        parents = [sc.parent(r) for r in res]
+        b = sc.backend('proxy-stray')
+        lock_cycle(ctx, b, res[0], 'warm-up lock')
+        token_of(b.submit('SELECT zk_session_lock_shared(%s, %s::interval)',
+                          [res[0], '10 seconds']), 15, 'the shared lock')
+
+        release = threading.Event()
+        state = {'multi': None, 'listing': None}
+
+        def hook(req):
+            if req.op == OP_MULTI and state['multi'] is None:
+                state['multi'] = req
+                # holding the hook holds the connection (see test b)
+                release.wait(30)
+                sc.proxy.on_reply(req.cid, req.xid, swallow=True, drop=True)
+            elif (state['multi'] is not None and state['listing'] is None
+                  and req.cid > state['multi'].cid
+                  and req.op in LISTING_OPS and req.path in parents):
+                # the sweep's listing, the first on the new connection
+                state['listing'] = req
+                sc.proxy.on_reply(req.cid, req.xid, delay=3.0)
+
+        sc.proxy.hook = hook
+        b.query('BEGIN')
+        expect_sqlstate(b.submit(
+            'SELECT zk_lock_exclusive(%s::text[], %s::interval)',
+            [res, '1 second']), '55P03', 10, 'array call whose multi is held')
+        b.query('ROLLBACK')
+        assert state['multi'] is not None, 'the multi never reached the proxy'
+        release.set()
+        multi = state['multi']
+        wait_until(lambda: multi.reply is not None and
+                   sc.proxy.connection(multi.cid).ended, 10,
+                   'the reply to the held multi, and the drop')
+        assert multi.reply.fate == 'swallowed' and multi.reply.err == ZOK, \
+            'the server did not run the multi: %r' % multi.reply
+
+        # the strays: this session's, named by the abandoned call's prefix
+        stray_prefix = multi.subops[0][1].rsplit('/', 1)[1]
+        strays = [c.path for p in parents
+                  for c in ctx.zi.contenders(parent=p)
+                  if c.path.rsplit('/', 1)[1].startswith(stray_prefix)]
+        assert len(strays) == 2, 'strays: %r' % strays
+
+        b.query('BEGIN')
+        fut = b.submit('SELECT zk_lock_exclusive(%s::text[], %s::interval)',
+                       [res, '10 seconds'])
+        try:
+            tokens = fut.result(20)
+        finally:
+            seen = [r for r in sc.proxy.requests()
+                    if r.cid > multi.cid and r.op != OP_PING]
+            ctx.log('n: requests after the drop: %s' % describe(seen))
+        assert isinstance(tokens[0][0], list) and \
+            all(t > 0 for t in tokens[0][0]), tokens
+        assert state['listing'] is not None, \
+            'no sweep listing seen after the drop'
+
+        # the race happened: the call's listing of the first parent went
+        # to the server before the sweep's delete of the stray in it
+        multis = [r for r in seen if r.op == OP_MULTI]
+        assert multis, 'the call sent no multi'
+        stray_a = [r for r in seen if r.op == OP_DELETE and r.path
+                   and r.path.startswith(parents[0] + '/' + stray_prefix)]
+        listed = [r for r in seen if r.op in LISTING_OPS
+                  and r.path == parents[0] and r.seq > multis[0].seq]
+        assert stray_a and listed and listed[0].seq < stray_a[0].seq, \
+            'the strays were gone before the call listed: %s' % describe(seen)
+        # ... and the strays were not in its way: no lock given up
+        # (deleted and created again in a second multi)
+        new_prefix = multis[0].subops[0][1].rsplit('/', 1)[1]
+        gave_up = [r for r in seen if r.op == OP_DELETE and r.path
+                   and new_prefix in r.path]
+        assert len(multis) == 1 and not gave_up, \
+            'the call took its own strays for contenders: %s' % describe(seen)
+        b.query('COMMIT')
+        b.query('SELECT zk_unlock_all()')
+        for r in res:
+            ctx.zi.wait_contenders(r, 0)
+
+def test_o_record_of_an_ended_wait_closes_no_cycle(ctx):
     """Issue 30: A (through the proxy) holds x and waits for y, held by B,
     past deadlock_timeout, so its wait record is published.  A's connection
     is cut (the proxy stopped, reconnects refused): its wait ends by its
@@ -1055,7 +1157,7 @@ def test_n_record_of_an_ended_wait_closes_no_cycle(ctx):
             raise AssertionError('B got %s %s after %.2f s: a cycle through '
                                  'a wait that had ended' % (
                                      e.pgcode, e, time.monotonic() - t0))
-        ctx.figure('n: B granted after A\'s session expired',
+        ctx.figure('o: B granted after A\'s session expired',
                    round(time.monotonic() - t0, 1), 's')
         assert not ctx.kz.exists(record)
         b.query('COMMIT')

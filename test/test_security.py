@@ -11,7 +11,8 @@ this identity, read to everyone": another client can inspect the queue but
 cannot delete a contender (delete needs DELETE on the parent), and a
 session with other credentials gets a clear 42501 naming the path instead
 of a hang.  A changed file takes effect after a reload, at the next call
-that holds no lock.
+that holds no lock.  The backend's memory holds the password only in
+libzookeeper's copy (found by reading /proc/<pid>/mem), none of zklock's.
 """
 
 import os
@@ -277,6 +278,123 @@ def test_reload_rereads_file(ctx):
     finally:
         admin.query('ALTER SYSTEM RESET zklock.auth_file')
         admin.query('SELECT pg_reload_conf()')
+        try:
+            ctx.kz.delete(root, recursive=True)
+        except Exception:
+            pass            # containers made by another identity are reaped
+
+
+# ---------------------------------------------------------------------------
+# the password in the backend's memory
+# ---------------------------------------------------------------------------
+
+def memory_hits(pid, needle):
+    """Where `needle` is in the memory of process `pid` (every readable
+    mapping, libzookeeper's thread stacks and arenas included), as each
+    hit with the 96 bytes before it (which say whose copy it is).  Needs root
+    (or the same user and ptrace rights) to read /proc/<pid>/mem."""
+    hits = []
+    with open('/proc/%d/maps' % pid) as maps, \
+            open('/proc/%d/mem' % pid, 'rb', 0) as mem:
+        for line in maps:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split('-'))
+            name = parts[5] if len(parts) > 5 else ''
+            if 'r' not in parts[1] or name in ('[vvar]', '[vsyscall]'):
+                continue
+            try:
+                mem.seek(lo)
+                data = mem.read(hi - lo)
+            except OSError:
+                continue            # e.g. a guard page
+            at = data.find(needle)
+            while at >= 0:
+                hits.append(data[max(0, at - 96):at + len(needle)])
+                at = data.find(needle, at + 1)
+    return hits
+
+
+def test_password_copies_in_memory(ctx):
+    """While a session is open, the backend's memory holds the password
+    once: in libzookeeper's auth list (zoo_add_auth copies it there and
+    sends it again after every reconnect, until zookeeper_close).  zklock
+    keeps no copy of its own: the file is read into a stack buffer and a
+    malloc'd string, both wiped as soon as the credentials are handed to
+    libzookeeper; to notice a changed file it keeps only ZooKeeper's
+    digest of them, the same one every node's ACL shows to any reader.
+    libzookeeper also serializes the password into each auth packet it
+    sends and frees those buffers without wiping them, as it frees its
+    auth list at zookeeper_close: those leftovers are counted apart
+    (a packet carries the "digest" scheme string right before the
+    credentials) and are outside zklock's reach.  Once the session is
+    closed no copy may be left but those.
+
+    The password is long and the scan looks for its tail: malloc
+    overwrites the first 16 bytes of a chunk it frees, which would
+    otherwise hide a freed but unwiped copy."""
+    if not harness.running_as_root():
+        import pytest
+        pytest.skip('reading a backend\'s memory needs root')
+    import struct
+    password = SECRET + '-mem-' + 'q8Rw3ZtL0vKcYp5NhB2mXe7JdGs9UaF4'
+    cred = 'jobs:' + password
+    needle = password[-24:].encode()
+    ours = ('digest:' + cred).encode()
+    packet = b'digest' + struct.pack('>i', len(cred)) + cred.encode()
+
+    def copies(when):
+        """Copies found, by owner: 'ours' (the identity line), 'lib'
+        (libzookeeper's auth list), 'packet' (a serialized auth packet),
+        'freed' (a chunk malloc reused the head of)."""
+        found = {'ours': 0, 'lib': 0, 'packet': 0, 'freed': 0}
+        for h in memory_hits(b.pid, needle):
+            if h.endswith(packet):
+                found['packet'] += 1
+            elif h.endswith(ours):
+                found['ours'] += 1
+            elif h.endswith(cred.encode()):
+                found['lib'] += 1
+            else:
+                found['freed'] += 1
+        ctx.log('%s: %r' % (when, found))
+        for k, v in found.items():
+            ctx.figure('password copies, %s (%s)' % (when, k), v, '')
+        return found
+
+    # a root of its own, open to both identities (see test_reload_rereads_file)
+    root = '/zklock-sec-mem'
+    ctx.kz.ensure_path(root + '/open')
+    b = authed(ctx, 'sec-mem', 'digest:' + cred)
+    b.query('SET zklock.root = %s', [root])
+    try:
+        for i in range(3):      # a reread of the file (auth_changed) too
+            b.query('BEGIN')
+            token_of(b.submit(LOCK_X, ['job', '10 seconds']), 15)
+            b.query('COMMIT')
+            if i == 1:
+                ctx.admin.query('SELECT pg_reload_conf()')
+                assert b.scalar('SELECT 1') == 1
+        found = copies('session open')
+        assert found['ours'] == 0, 'zklock keeps a copy: %r' % found
+        assert found['lib'] == 1, 'libzookeeper\'s copy: %r' % found
+        assert found['freed'] == 0, 'an unwiped freed copy: %r' % found
+
+        # the session closes: a new one, without credentials, replaces it
+        # (in a lock parent open to all: the first one is closed to it)
+        b.query('RESET zklock.auth_file')
+        b.query('BEGIN')
+        token_of(b.submit(LOCK_X, ['open', '10 seconds']), 15)
+        b.query('COMMIT')
+        harness.wait_until(lambda: not ctx.kz.get_children(root + '/open'),
+                           10, 'the node released')
+        lib_open = found['lib'] + found['packet']
+        found = copies('session closed')
+        # what is left is what libzookeeper freed without wiping (its auth
+        # list entry and packets, their heads now malloc's): never more
+        assert found['ours'] + found['lib'] == 0, found
+        assert sum(found.values()) <= lib_open, \
+            'more copies than libzookeeper had: %r' % found
+    finally:
         try:
             ctx.kz.delete(root, recursive=True)
         except Exception:
