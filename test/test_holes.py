@@ -351,7 +351,9 @@ def test_fdw_first_used_at_commit_intact_lock(ctx):
         a.query('SAVEPOINT s')
         a.query('INSERT INTO td SELECT 1000 + g FROM generate_series(1, 3) g')
         a.query('ROLLBACK TO SAVEPOINT s')
-        a.query('INSERT INTO td VALUES (%s)', [2000 + i])
+        # ten rows: ten statements of the deferred trigger at COMMIT
+        a.query('INSERT INTO td SELECT %s + g FROM generate_series(0, 9) g',
+                [10000 + 10 * i])
         if i % 10 == 5:
             ctx.kz.delete(node_of(a, res))
             expect_sqlstate(a.submit('COMMIT'), '40001', 20,
@@ -368,9 +370,36 @@ def test_fdw_first_used_at_commit_intact_lock(ctx):
     ctx.figure('TopMemoryContext growth over 200 deferred-trigger '
                'transactions', grown, 'bytes')
     assert grown < 16 * 1024, 'grew %d bytes' % grown
-    assert count_where(check, 'remote_t', 2000) == 1
-    assert count_where(check, 'remote_t', 2001) == 0
+    assert count_where(check, 'remote_t', 10009) == 1    # committed
+    assert count_where(check, 'remote_t', 10010) == 0    # rolled back
+    assert count_where(check, 'remote_t', 10050) == 0    # lock lost
     assert a.scalar('SELECT count(*) FROM zk_locks') == 0
+
+
+def test_commit_guards_do_not_outlive_their_transaction(ctx):
+    """A top-level SELECT's executor ends outside its portal (when the
+    portal is dropped), where zklock adds a guard callback instead of
+    moving its own; with a session lock held, 2,000 such statements in one
+    transaction, then 2,000 each its own transaction, leave no memory
+    behind: each transaction's end drops its guards (no other statement
+    runs in between that would move zklock's callback and drop them)."""
+    a = backend(ctx, 'holes-guards')
+    res = 'holes/guards'
+    token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 15)
+    for _ in range(50):
+        a.query('SELECT 1')
+    before = top_context_bytes(a)
+    a.query('BEGIN')
+    for _ in range(2000):
+        a.query('SELECT 1')
+    a.query('COMMIT')
+    for _ in range(2000):
+        a.query('SELECT 1')
+    grown = top_context_bytes(a) - before
+    ctx.figure('TopMemoryContext growth over 4,000 top-level SELECTs '
+               'under a session lock', grown, 'bytes')
+    assert grown < 16 * 1024, 'grew %d bytes' % grown
+    assert a.scalar('SELECT zk_unlock(%s)', [res]) is True
 
 
 # ---------------------------------------------------------------------------
