@@ -16,6 +16,7 @@
 #include "utils/memutils.h"
 
 #include "acquire.h"
+#include "callorder.h"
 #include "lockset.h"
 #include "locktable.h"
 #include "locktable_int.h"

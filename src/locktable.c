@@ -18,7 +18,8 @@
  * Filling the table from a lock call is lockrequest.c's (the entries are
  * in locktable_int.h); taking the node in ZooKeeper is acquire.c's,
  * lockset.c's and semaphore.c's; confirming held nodes with the ensemble
- * before a commit is commitcheck.c's.
+ * before a commit is commitcheck.c's; keeping the check ahead of other
+ * extensions' transaction callbacks is callorder.c's.
  *
  * src/locktable.c
  *
@@ -41,6 +42,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "callorder.h"
 #include "commitcheck.h"
 #include "locktable.h"
 #include "locktable_int.h"
@@ -54,8 +56,6 @@ static HTAB *lock_table = NULL;
 static uint64 n_grants = 0;
 static uint64 n_waits = 0;
 static uint64 n_lost = 0;
-
-static void zkl_xact_callback(XactEvent event, void *arg);
 
 const char *
 zkl_scope_name(ZklScope scope)
@@ -351,69 +351,63 @@ verify_before_commit(void)
 }
 
 /*
- * PostgreSQL calls transaction callbacks most recently registered first.
- * An extension that registers its own later (postgres_fdw does, at its
- * first remote connection) would commit its remote work before zklock has
- * confirmed its locks.  So while this backend holds locks, zklock
- * registers again after each statement, at each lock and before an
- * explicit COMMIT or PREPARE (zklock.c), which puts its callback in front.
- * Never call this while PostgreSQL walks the callback list (a commit):
- * freeing our item there could make it skip our callback.
+ * Before COMMIT or PREPARE TRANSACTION; run once per commit by whichever
+ * zklock callback comes first (callorder.c).  PREPARE cannot take along a
+ * transaction-level lock, which lives in this backend's session.
  */
 void
-zkl_callbacks_first(void)
+zkl_pre_commit_checks(XactEvent event)
 {
+	HASH_SEQ_STATUS status;
+	ZklLock    *lock;
+
 	if (!have_locks())
 		return;
-	UnregisterXactCallback(zkl_xact_callback, NULL);
-	RegisterXactCallback(zkl_xact_callback, NULL);
+	if (event == XACT_EVENT_PRE_PREPARE)
+	{
+		hash_seq_init(&status, lock_table);
+		while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+		{
+			if (lock->xact_count > 0)
+			{
+				hash_seq_term(&status);
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that holds a transaction-level zklock lock"),
+						 errdetail("The lock on \"%s\" lives in this backend's ZooKeeper session, which cannot outlive the backend.",
+								   lock->key.resource),
+						 errhint("Use a session-level lock (zk_session_lock_exclusive) and release it after COMMIT PREPARED.")));
+			}
+		}
+	}
+	/* a lost session-level lock must not commit through 2PC either */
+	verify_before_commit();
 }
 
-static void
+/*
+ * The main transaction callback.  Before COMMIT and PREPARE it runs the
+ * checks unless a guard ahead of it did (callorder.c); at the end of the
+ * transaction it drops the guards and releases transaction-level holds.
+ */
+void
 zkl_xact_callback(XactEvent event, void *arg)
 {
-	/* whatever a call of this transaction was doing, it is over */
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
-		event == XACT_EVENT_PARALLEL_ABORT)
-		zks_set_activity(ZKS_ACTIVITY_NONE);
-	if (!have_locks())
-		return;
-
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			verify_before_commit();
-			break;
 		case XACT_EVENT_PRE_PREPARE:
-			{
-				HASH_SEQ_STATUS status;
-				ZklLock    *lock;
-
-				hash_seq_init(&status, lock_table);
-				while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
-				{
-					if (lock->xact_count > 0)
-					{
-						hash_seq_term(&status);
-						ereport(ERROR,
-								(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-								 errmsg("cannot PREPARE a transaction that holds a transaction-level zklock lock"),
-								 errdetail("The lock on \"%s\" lives in this backend's ZooKeeper session, which cannot outlive the backend.",
-										   lock->key.resource),
-								 errhint("Use a session-level lock (zk_session_lock_exclusive) and release it after COMMIT PREPARED.")));
-					}
-				}
-				/* a lost session-level lock must not commit through 2PC */
-				verify_before_commit();
-				break;
-			}
+			zkl_order_pre_commit(event);
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
-			release_xact_holds();
+			/* whatever a call of this transaction was doing, it is over */
+			zks_set_activity(ZKS_ACTIVITY_NONE);
+			zkl_order_xact_end();
+			if (have_locks())
+				release_xact_holds();
 			break;
 		default:
 			break;

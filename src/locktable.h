@@ -93,13 +93,6 @@ typedef struct ZklCounters
 
 extern void zkl_counters(ZklCounters *c);
 
-/*
- * Put zklock's transaction callback in front of any registered since, so
- * that it confirms the locks before another extension commits remote work
- * (called after each statement and each lock, while locks are held).
- */
-extern void zkl_callbacks_first(void);
-
 /* Does this backend hold any zklock lock? */
 extern bool zkl_have_locks(void);
 

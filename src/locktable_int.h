@@ -3,7 +3,8 @@
  * locktable_int.h
  *	  The lock table's entries, shared by the table (locktable.c) and the
  *	  code that fills it from lock calls (lockrequest.c); nothing else
- *	  sees them.
+ *	  sees them.  Also the table's transaction callback and pre-commit
+ *	  checks, which the callback ordering (callorder.c) calls.
  *
  * src/locktable_int.h
  *
@@ -14,6 +15,7 @@
 
 #include "pg_compat.h"
 
+#include "access/xact.h"
 #include "datatype/timestamp.h"
 
 #include "locktable.h"
@@ -116,5 +118,15 @@ pg_noreturn extern void zkl_lost_error(ZklLock *lock);
 
 /* For zk_status(): a node granted, after a wait or not. */
 extern void zkl_count_grant(bool waited);
+
+/* zklock's main transaction callback (registered by zkl_init) */
+extern void zkl_xact_callback(XactEvent event, void *arg);
+
+/*
+ * Before COMMIT (PRE_COMMIT) or PREPARE TRANSACTION (PRE_PREPARE): ERROR
+ * if the transaction must not commit (a lost lock; PREPARE with a
+ * transaction-level lock).  Once per commit: see zkl_order_pre_commit.
+ */
+extern void zkl_pre_commit_checks(XactEvent event);
 
 #endif							/* ZKLOCK_LOCKTABLE_INT_H */

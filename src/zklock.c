@@ -19,11 +19,11 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
-#include "tcop/pquery.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
 
 #include "auth.h"
+#include "callorder.h"
 #include "locktable.h"
 #include "recipe.h"
 #include "zklock.h"
@@ -148,9 +148,8 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 
 	/*
 	 * Before COMMIT or PREPARE TRANSACTION of a transaction block: put our
-	 * transaction callback in front (see zklock_executor_end).  This
-	 * statement only marks the block's end; the commit, and the callbacks,
-	 * come after it, so no callback list is being walked now.
+	 * transaction callback in front (callorder.c).  This statement only
+	 * marks the block's end; the commit, and the callbacks, come after it.
 	 */
 	if (IsA(parsetree, TransactionStmt) &&
 		(((TransactionStmt *) parsetree)->kind == TRANS_STMT_COMMIT ||
@@ -168,23 +167,22 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 	if (IsA(parsetree, DiscardStmt) &&
 		((DiscardStmt *) parsetree)->target == DISCARD_ALL)
 		zkl_release_all_session();
+
+	/*
+	 * A utility statement can open another extension's connection too
+	 * (IMPORT FOREIGN SCHEMA, say), also from a trigger at COMMIT.
+	 */
+	zkl_callbacks_first();
 }
 
 /*
  * After each statement that may have opened a connection of another
  * extension with transaction callbacks of its own (postgres_fdw, say),
- * put zklock's callbacks first again, so that zklock confirms its locks
- * before anyone commits remote work (see zkl_callbacks_first).
- *
- * Not while the transaction commits: another extension's callback could
- * run a query then, and moving our callback while PostgreSQL walks the
- * list could make it skip ours.  A statement runs inside a portal
- * (ActivePortal is set), while the commit of a top-level transaction runs
- * after its portal has finished; so only executor ends inside a portal
- * move the callback.  (A procedure's own COMMIT runs inside the CALL's
- * portal: an extension whose commit callback runs queries, registered
- * after zklock's, could still be skipped there; none of PostgreSQL's
- * does that.)
+ * put a zklock callback first again, so that zklock confirms its locks
+ * before anyone commits remote work.  Inside a portal this moves zklock's
+ * callback; outside one (a deferred trigger's statement at COMMIT, the
+ * end of a top-level SELECT when its portal is dropped) it adds a guard,
+ * which is safe while PostgreSQL walks the callback list (callorder.c).
  */
 static void
 zklock_executor_end(QueryDesc *queryDesc)
@@ -193,8 +191,7 @@ zklock_executor_end(QueryDesc *queryDesc)
 		prev_executor_end(queryDesc);
 	else
 		standard_ExecutorEnd(queryDesc);
-	if (ActivePortal != NULL)
-		zkl_callbacks_first();
+	zkl_callbacks_first();
 }
 
 void

@@ -9,7 +9,12 @@ before its fix.
   * A transaction that writes through postgres_fdw (a real loopback
     server) does not commit the remote side before zklock confirmed its
     locks, although postgres_fdw registers its transaction callback after
-    zklock's.
+    zklock's; also when postgres_fdw is first used in the backend by a
+    deferred trigger that fires at COMMIT (issue 30: its callback is then
+    registered during the commit), with a transaction-level lock, a
+    session-level one, in autocommit, with a second server opened before
+    the lock, and at PREPARE TRANSACTION; with the lock intact, both sides
+    commit, and 200 such transactions leave no memory behind.
   * DISCARD ALL releases every session-level lock (nodes deleted), as it
     does advisory locks, for connection poolers.
   * Shared asked while holding exclusive is granted at once on the
@@ -185,6 +190,216 @@ def test_fdw_commit_with_intact_lock(ctx):
     a.query('INSERT INTO ft VALUES (203)')
     a.query('COMMIT')
     assert a.scalar('SELECT count(*) FROM remote_t WHERE id = 203') == 1
+
+
+def fdw_deferred_setup(ctx):
+    """Local tables whose deferred constraint triggers (plpgsql) write
+    through postgres_fdw: td into ft (server loopback), td2 into ft2
+    (server loopback2, a second connection of its own)."""
+    fdw_setup(ctx)
+    if getattr(ctx.shared, 'fdw_deferred_ready', False):
+        return
+    pg = ctx.shared.pg
+    for sql in (
+            "CREATE SERVER loopback2 FOREIGN DATA WRAPPER postgres_fdw "
+            "OPTIONS (host '%s', port '%d', dbname '%s')"
+            % (pg.socket_dir, pg.port, DB),
+            'CREATE USER MAPPING FOR postgres SERVER loopback2 '
+            "OPTIONS (user 'postgres')",
+            'CREATE TABLE remote_t2 (id int)',
+            "CREATE FOREIGN TABLE ft2 (id int) SERVER loopback2 "
+            "OPTIONS (table_name 'remote_t2')",
+            'CREATE TABLE td (id int)',
+            'CREATE TABLE td2 (id int)',
+            'CREATE FUNCTION td_to_ft() RETURNS trigger LANGUAGE plpgsql '
+            'AS $$BEGIN INSERT INTO ft VALUES (NEW.id); RETURN NULL; END$$',
+            'CREATE FUNCTION td2_to_ft2() RETURNS trigger LANGUAGE plpgsql '
+            'AS $$BEGIN INSERT INTO ft2 VALUES (NEW.id); RETURN NULL; END$$',
+            'CREATE CONSTRAINT TRIGGER td_remote AFTER INSERT ON td '
+            'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW '
+            'EXECUTE FUNCTION td_to_ft()',
+            'CREATE CONSTRAINT TRIGGER td2_remote AFTER INSERT ON td2 '
+            'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW '
+            'EXECUTE FUNCTION td2_to_ft2()'):
+        pg.psql(sql, dbname=DB)
+    ctx.shared.fdw_deferred_ready = True
+
+
+def count_where(b, table, value):
+    return b.scalar('SELECT count(*) FROM %s WHERE id = %%s' % table,
+                    [value])
+
+
+def fdw_deferred_case(ctx, name, value, session, explicit=True):
+    """A FRESH backend (postgres_fdw never used in it) locks and inserts
+    into td; td's deferred trigger writes through postgres_fdw only at
+    COMMIT, so postgres_fdw registers its transaction callback during the
+    commit, after every statement of the client.  The lock is lost before
+    the commit: it must fail with 40001 and leave the remote row absent."""
+    fdw_deferred_setup(ctx)
+    a = backend(ctx, name)
+    res = 'holes/' + name
+    if session:
+        token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 15)
+    if explicit:
+        a.query('BEGIN')
+    if not session:
+        token_of(a.submit('SELECT zk_lock_exclusive(%s)', [res]), 15)
+    node = node_of(a, res)
+    if explicit:
+        a.query('INSERT INTO td VALUES (%s)', [value])
+        ctx.kz.delete(node)
+        fut = a.submit('COMMIT')
+    else:
+        # autocommit: the INSERT's own commit fires the trigger
+        ctx.kz.delete(node)
+        fut = a.submit('INSERT INTO td VALUES (%s)', [value])
+    e = expect_sqlstate(fut, '40001', 20,
+                        'commit of a deferred remote write under a lost lock')
+    assert res in str(e), str(e)
+    check = backend(ctx, name + '-check')
+    assert count_where(check, 'remote_t', value) == 0, \
+        'postgres_fdw, first used at COMMIT, committed the remote write ' \
+        'before zklock checked its lock'
+    assert count_where(check, 'td', value) == 0
+    if session:
+        a.query('SELECT zk_unlock_all()')
+
+
+def test_fdw_first_used_at_commit_xact_lock(ctx):
+    fdw_deferred_case(ctx, 'fdw-defer-xact', 301, False)
+
+
+def test_fdw_first_used_at_commit_session_lock(ctx):
+    fdw_deferred_case(ctx, 'fdw-defer-session', 302, True)
+
+
+def test_fdw_first_used_at_autocommit_session_lock(ctx):
+    """The same without BEGIN/COMMIT: no COMMIT statement runs at all."""
+    fdw_deferred_case(ctx, 'fdw-defer-auto', 303, True, explicit=False)
+
+
+def test_fdw_two_servers_one_first_used_at_commit(ctx):
+    """Server loopback2 is opened before the lock is taken (postgres_fdw's
+    callback exists then) and written in the transaction; server loopback
+    is first opened by the deferred trigger at COMMIT.  Lost lock: 40001,
+    neither remote row present."""
+    fdw_deferred_setup(ctx)
+    name = 'fdw-defer-two'
+    value = 304
+    a = backend(ctx, name)
+    res = 'holes/' + name
+    a.scalar('SELECT count(*) FROM ft2')
+    a.query('BEGIN')
+    token_of(a.submit('SELECT zk_lock_exclusive(%s)', [res]), 15)
+    a.query('INSERT INTO ft2 VALUES (%s)', [value])
+    a.query('INSERT INTO td VALUES (%s)', [value])
+    ctx.kz.delete(node_of(a, res))
+    e = expect_sqlstate(a.submit('COMMIT'), '40001', 20,
+                        'COMMIT of two servers\' writes under a lost lock')
+    assert res in str(e), str(e)
+    check = backend(ctx, name + '-check')
+    assert count_where(check, 'remote_t2', value) == 0, \
+        'the server opened before the lock committed its write'
+    assert count_where(check, 'remote_t', value) == 0, \
+        'the server first opened at COMMIT committed its write'
+
+
+def test_fdw_first_used_at_prepare_session_lock(ctx):
+    """PREPARE TRANSACTION runs the check ahead of postgres_fdw too: a
+    lost session lock is reported (40001), not postgres_fdw's refusal to
+    prepare (0A000), and nothing is prepared."""
+    fdw_deferred_setup(ctx)
+    a = backend(ctx, 'fdw-defer-prep')
+    res = 'holes/fdw-defer-prep'
+    token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 15)
+    a.query('BEGIN')
+    a.query('INSERT INTO td VALUES (305)')
+    ctx.kz.delete(node_of(a, res))
+    e = expect_sqlstate(a.submit("PREPARE TRANSACTION 'zkl_fdw_defer'"),
+                        '40001', 20, 'PREPARE under a lost lock')
+    assert res in str(e), str(e)
+    check = backend(ctx, 'fdw-defer-prep-check')
+    assert check.scalar("SELECT count(*) FROM pg_prepared_xacts "
+                        "WHERE gid = 'zkl_fdw_defer'") == 0
+    assert count_where(check, 'remote_t', 305) == 0
+    a.query('SELECT zk_unlock_all()')
+
+
+def test_fdw_first_used_at_commit_intact_lock(ctx):
+    """With the lock intact the deferred remote writes commit, both
+    servers and the local rows, in a fresh backend; and the backend goes
+    on committing (with and without locks, after a rollback and after a
+    failed check) without growing: nothing of a transaction's ordering
+    outlives it."""
+    fdw_deferred_setup(ctx)
+    a = backend(ctx, 'fdw-defer-ok')
+    res = 'holes/fdw-defer-ok'
+    a.query('BEGIN')
+    token_of(a.submit('SELECT zk_lock_exclusive(%s)', [res]), 15)
+    a.query('INSERT INTO td VALUES (306)')
+    a.query('INSERT INTO td2 VALUES (306)')
+    a.query('COMMIT')
+    check = backend(ctx, 'fdw-defer-ok-check')
+    for table in ('td', 'td2', 'remote_t', 'remote_t2'):
+        assert count_where(check, table, 306) == 1, table
+    assert a.scalar('SELECT count(*) FROM zk_locks') == 0
+
+    def cycle(i):
+        a.query('BEGIN')
+        token_of(a.submit('SELECT zk_lock_exclusive(%s)', [res]), 15)
+        a.query('SAVEPOINT s')
+        a.query('INSERT INTO td SELECT 1000 + g FROM generate_series(1, 3) g')
+        a.query('ROLLBACK TO SAVEPOINT s')
+        # ten rows: ten statements of the deferred trigger at COMMIT
+        a.query('INSERT INTO td SELECT %s + g FROM generate_series(0, 9) g',
+                [10000 + 10 * i])
+        if i % 10 == 5:
+            ctx.kz.delete(node_of(a, res))
+            expect_sqlstate(a.submit('COMMIT'), '40001', 20,
+                            'COMMIT under a lost lock')
+        else:
+            a.query('COMMIT' if i % 2 == 0 else 'ROLLBACK')
+
+    for i in range(20):
+        cycle(i)
+    before = top_context_bytes(a)
+    for i in range(20, 220):
+        cycle(i)
+    grown = top_context_bytes(a) - before
+    ctx.figure('TopMemoryContext growth over 200 deferred-trigger '
+               'transactions', grown, 'bytes')
+    assert grown < 16 * 1024, 'grew %d bytes' % grown
+    assert count_where(check, 'remote_t', 10009) == 1    # committed
+    assert count_where(check, 'remote_t', 10010) == 0    # rolled back
+    assert count_where(check, 'remote_t', 10050) == 0    # lock lost
+    assert a.scalar('SELECT count(*) FROM zk_locks') == 0
+
+
+def test_commit_guards_do_not_outlive_their_transaction(ctx):
+    """A top-level SELECT's executor ends outside its portal (when the
+    portal is dropped), where zklock adds a guard callback instead of
+    moving its own; with a session lock held, 2,000 such statements in one
+    transaction, then 2,000 each its own transaction, leave no memory
+    behind: each transaction's end drops its guards (no other statement
+    runs in between that would move zklock's callback and drop them)."""
+    a = backend(ctx, 'holes-guards')
+    res = 'holes/guards'
+    token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 15)
+    for _ in range(50):
+        a.query('SELECT 1')
+    before = top_context_bytes(a)
+    a.query('BEGIN')
+    for _ in range(2000):
+        a.query('SELECT 1')
+    a.query('COMMIT')
+    for _ in range(2000):
+        a.query('SELECT 1')
+    grown = top_context_bytes(a) - before
+    ctx.figure('TopMemoryContext growth over 4,000 top-level SELECTs '
+               'under a session lock', grown, 'bytes')
+    assert grown < 16 * 1024, 'grew %d bytes' % grown
+    assert a.scalar('SELECT zk_unlock(%s)', [res]) is True
 
 
 # ---------------------------------------------------------------------------
