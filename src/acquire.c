@@ -674,7 +674,7 @@ zka_await_turn(ZkaAttempt *a)
 				if (a->deadline != 0 && GetCurrentTimestamp() >= a->deadline)
 					zka_timeout_error(a);
 				if (a->follow_deadlocks)
-					zkd_check(&a->dl, a->resource, a->node, a->mode,
+					zkd_check(&a->dl, a->resource, a->node, a->mode, NULL,
 							  a->deadline);
 			}
 

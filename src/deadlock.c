@@ -121,6 +121,7 @@ typedef struct Member
 	ZkrMode		mode;			/* what it waits for (with a record) */
 	char	   *resource;
 	char	   *node;
+	char	   *leases;			/* a semaphore's waiter: its leases' parent */
 	bool		queued;
 	struct Record *rec;			/* its record, as read (with a record) */
 } Member;
@@ -342,6 +343,8 @@ member(Search *s, int64 session)
 		m->mode = rec->r.mode;
 		m->node = pnstrdup(rec->r.node, rec->r.node_len);
 		m->resource = pnstrdup(rec->r.resource, rec->r.resource_len);
+		if (rec->r.leases != NULL)
+			m->leases = pnstrdup(rec->r.leases, rec->r.leases_len);
 		m->queued = true;
 		s->queue[s->qtail++] = s->n;
 	}
@@ -489,6 +492,39 @@ read_nodes(Search *s, Queue *q, const int *idx, int n)
 	PG_END_TRY();
 }
 
+static void expand_semaphore(Search *s, int u);
+
+/*
+ * u waits for a node of session owner, whose data is data: the edge, and
+ * for a session met for the first time without a record (a holder), the
+ * PostgreSQL-local edges the records give it.
+ */
+static void
+meet_owner(Search *s, int u, int64 owner, const char *data)
+{
+	int			v;
+	uint64		sysid;
+	int			pid;
+
+	if (owner == s->m[u].session || owner == 0)
+		return;					/* its own node, or no session's */
+	v = member(s, owner);
+	if (v < 0)
+		return;
+	add_edge(s, u, v, false);
+	if (!s->m[v].known && parse_owner(data, &sysid, &pid))
+	{
+		s->m[v].known = true;
+		s->m[v].sysid = sysid;
+		s->m[v].pid = pid;
+		if (!s->m[v].has_record && !s->m[v].queued)
+		{
+			s->m[v].queued = true;
+			pg_edges_from(s, v, sysid, pid);
+		}
+	}
+}
+
 /* Edges out of waiting member u: the owners of the contenders ahead. */
 static void
 expand(Search *s, int u)
@@ -501,6 +537,11 @@ expand(Search *s, int u)
 	int			nahead;
 	int			me;
 
+	if (s->m[u].leases != NULL)
+	{
+		expand_semaphore(s, u);
+		return;
+	}
 	if (slash == NULL || slash == node)
 		return;
 	q = queue_of(s, pnstrdup(node, slash - node));
@@ -530,32 +571,84 @@ expand(Search *s, int u)
 	for (int i = 0; i < nahead && !s->failed; i++)
 	{
 		int			c = ahead[i];
-		const ZksStat *st = &q->st[c];
-		int			v;
-		uint64		sysid;
-		int			pid;
 
-		if (q->rc[c] != ZKS_OK)
-			continue;
-		if (st->ephemeral_owner == s->m[u].session ||
-			st->ephemeral_owner == 0)
-			continue;			/* our own node, or no session's */
-		v = member(s, st->ephemeral_owner);
-		if (v < 0)
-			continue;
-		add_edge(s, u, v, false);
-		if (!s->m[v].known && parse_owner(q->data[c], &sysid, &pid))
+		if (q->rc[c] == ZKS_OK)
+			meet_owner(s, u, q->st[c].ephemeral_owner, q->data[c]);
+	}
+}
+
+/*
+ * Edges out of a semaphore's waiter u: it waits for room, that is for any
+ * one of the leases under its leases' parent to go (kazoo and Curator
+ * alike).  An edge to each lease's owner; search() treats u as waiting for
+ * all of them at once only where that is certain (see there).
+ */
+static void
+expand_semaphore(Search *s, int u)
+{
+	Member	   *mu = &s->m[u];
+	ZksRequest *own;
+	ZksRequest *lreq;
+	ZksRequest **gets = NULL;
+	char	  **volatile names = NULL;
+	int			n = 0;
+	ZksRc		orc;
+	ZksRc		lrc;
+
+	/* the node it holds must be its own; its leases, one listing */
+	own = zks_send_get(mu->node);
+	lreq = zks_send_children(mu->leases, false);
+	orc = zks_wait(own, s->deadline);
+	lrc = zks_wait(lreq, s->deadline);
+	if (orc == ZKS_OK)
+	{
+		ZksStat		st;
+
+		zks_get_stat(own, &st);
+		if (st.ephemeral_owner != mu->session)
+			orc = ZKS_NONODE;	/* not its node: it waits for nothing */
+	}
+	if (lrc == ZKS_OK)
+		names = zks_get_children(lreq, &n);
+	zks_done(own);
+	zks_done(lreq);
+	if ((orc != ZKS_OK && orc != ZKS_NONODE) ||
+		(lrc != ZKS_OK && lrc != ZKS_NONODE))
+	{
+		s->failed = true;
+		return;
+	}
+	if (orc != ZKS_OK || lrc != ZKS_OK)
+		return;					/* its wait is over */
+
+	gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
+	PG_TRY();
+	{
+		for (int i = 0; i < n; i++)
+			gets[i] = zks_send_get(psprintf("%s/%s", mu->leases, names[i]));
+		for (int i = 0; i < n && !s->failed; i++)
 		{
-			s->m[v].known = true;
-			s->m[v].sysid = sysid;
-			s->m[v].pid = pid;
-			if (!s->m[v].has_record && !s->m[v].queued)
+			ZksRc		rc = zks_wait(gets[i], s->deadline);
+			ZksStat		st;
+			int			len;
+
+			if (rc == ZKS_NONODE)
+				continue;		/* gone meanwhile: room is coming */
+			if (rc != ZKS_OK)
 			{
-				s->m[v].queued = true;
-				pg_edges_from(s, v, sysid, pid);
+				s->failed = true;
+				break;
 			}
+			zks_get_stat(gets[i], &st);
+			meet_owner(s, u, st.ephemeral_owner, zks_get_data(gets[i], &len));
 		}
 	}
+	PG_FINALLY();
+	{
+		for (int i = 0; i < n; i++)
+			zks_done(gets[i]);
+	}
+	PG_END_TRY();
 }
 
 /*
@@ -614,6 +707,13 @@ search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
 	{
 		int		   *comp = palloc(sizeof(int) * s->n);
 		int			ncomp = zkw_component(s->n, s->e, s->ne, 0, comp);
+		bool	   *any_of = palloc0(sizeof(bool) * s->n);
+
+		/* a semaphore's waiter needs only one of its holders to go */
+		for (int i = 0; i < s->n; i++)
+			any_of[i] = (s->m[i].leases != NULL);
+		if (!zkw_certain(s->n, s->e, s->ne, comp, ncomp, any_of))
+			return false;
 
 		victim = zkw_victim(v, comp, ncomp);
 		if (victim < 0)
@@ -684,7 +784,13 @@ deadlock_error(const Cycle *c)
 
 		if (k > 0)
 			appendStringInfoChar(&buf, '\n');
-		if (m->has_record)
+		if (m->has_record && m->leases != NULL)
+		{
+			describe_member(&buf, m);
+			appendStringInfo(&buf, _(" waits for room in zklock semaphore \"%s\", whose holders are all in this cycle; one of them is "),
+							 m->resource);
+		}
+		else if (m->has_record)
 		{
 			describe_member(&buf, m);
 			appendStringInfo(&buf, _(" waits for %s zklock on \"%s\"; blocked by "),
@@ -738,7 +844,7 @@ beats_advanced(const Cycle *first, const Cycle *again)
 
 void
 zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
-		  TimestampTz deadline)
+		  const char *leases, TimestampTz deadline)
 {
 	Cycle	   *first;
 	int			factor;
@@ -777,12 +883,12 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	{
 		/* the record's path outlives this check */
 		MemoryContextSwitchTo(old);
-		written = zkwr_publish(w, resource, node, mode, deadline);
+		written = zkwr_publish(w, resource, node, mode, leases, deadline);
 		MemoryContextSwitchTo(cxt);
 		due = true;
 	}
 	else
-		written = zkwr_refresh(w, resource, node, mode, deadline);
+		written = zkwr_refresh(w, resource, node, mode, leases, deadline);
 	if (!written)
 	{
 		/* (a record gone is published next time) */

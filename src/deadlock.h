@@ -50,10 +50,12 @@ extern TimestampTz zkd_wake_at(ZkdWait *w, TimestampTz deadline);
  * schedule, because those edges changed, or because another member woke
  * us), and raise ERROR 40P01 if this waiter is the victim of a cycle seen
  * twice.  Any trouble asking ZooKeeper just defers the search.  resource
- * and mode are the lock asked for, node our waiting node's full path.
+ * and mode are the lock asked for, node our waiting node's full path;
+ * for a semaphore's room (mode semaphore), node is the one we hold while
+ * we wait and leases the parent of its leases (NULL otherwise).
  */
 extern void zkd_check(ZkdWait *w, const char *resource, const char *node,
-					  ZkrMode mode, TimestampTz deadline);
+					  ZkrMode mode, const char *leases, TimestampTz deadline);
 
 /* The wait is over: drop the record.  Never raises ERROR. */
 extern void zkd_wait_end(ZkdWait *w);

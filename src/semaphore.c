@@ -59,9 +59,12 @@
  * only show leases that are already gone, which makes us wait longer,
  * never hold too soon.
  *
- * Deadlock detection (deadlock.c) does not follow semaphore waits: a
- * waiter publishes no wait record, so a search that reaches it stops
- * there.  That can miss a cycle through a semaphore, never invent one.
+ * Deadlock detection (deadlock.c) follows both waits of a semaphore: the
+ * wait for the internal mutex is an ordinary lock wait, and a wait for
+ * room past deadlock_timeout publishes a record of mode semaphore that
+ * names the node held meanwhile and the leases' parent: the waiter waits
+ * for any one lease to go, and deadlock.c acts only when every holder of
+ * a lease is on the cycle too.
  *
  * src/semaphore.c
  *
@@ -69,6 +72,9 @@
  */
 #include "postgres.h"
 
+#include "utils/timestamp.h"
+
+#include "deadlock.h"
 #include "semaphore.h"
 #include "zklock.h"
 
@@ -146,14 +152,30 @@ ensure_kazoo_node(ZkaAttempt *a, const char *path, int max_holders)
 
 /*
  * Wait for the watched list to change (or the session to), bounded by
- * the attempt's deadline; then be connected again.
+ * the attempt's deadline; then be connected again.  Past deadlock_timeout
+ * the wait is one for room, which deadlock.c follows: held is the node we
+ * hold meanwhile (our lease, or the internal mutex), and the leases are
+ * a->parent's children.
  */
 static void
-await_change(ZkaAttempt *a, ZksEventMark seen)
+await_change(ZkaAttempt *a, ZksEventMark seen, const char *held)
 {
 	a->waited = true;
-	if (!zks_wait_event(seen, a->deadline))
-		zka_timeout_error(a);
+	if (a->follow_deadlocks)
+		zkd_wait_begin(&a->dl);
+	for (;;)
+	{
+		TimestampTz wake = a->follow_deadlocks ?
+			zkd_wake_at(&a->dl, a->deadline) : a->deadline;
+
+		if (zks_wait_event(seen, wake))
+			break;
+		if (a->deadline != 0 && GetCurrentTimestamp() >= a->deadline)
+			zka_timeout_error(a);
+		if (a->follow_deadlocks)
+			zkd_check(&a->dl, a->resource, held, ZKR_MODE_SEMAPHORE,
+					  a->parent, a->deadline);
+	}
 	if (!zks_is_connected())
 		zka_await_reconnect(a);
 }
@@ -225,7 +247,8 @@ lease_counted_after_create(ZkaAttempt *a, int max_holders)
 	zka_create_node(a);			/* leaves the listing in a->lreq */
 
 	while (!counted_with_room(a, max_holders, &seen))
-		await_change(a, seen);
+		await_change(a, seen, a->node);
+	zkd_wait_end(&a->dl);
 }
 
 /*
@@ -250,9 +273,9 @@ lease_counted_mutex_released(ZkaAttempt *a, ZkaAttempt *m, int max_holders)
 	return counted_with_room(a, max_holders, &seen);
 }
 
-/* kazoo: count, then create the lease if there is room. */
+/* kazoo: count, then create the lease if there is room (m: the mutex). */
 static bool
-lease_counted_before_create(ZkaAttempt *a, int max_holders)
+lease_counted_before_create(ZkaAttempt *a, ZkaAttempt *m, int max_holders)
 {
 	a->create_mode = ZKS_EPHEMERAL;
 	a->list_after_create = false;
@@ -266,12 +289,13 @@ lease_counted_before_create(ZkaAttempt *a, int max_holders)
 		(void) list_leases(a, &n, &seen);
 		if (zkr_semaphore_has_room(n, max_holders))
 		{
+			zkd_wait_end(&a->dl);
 			zka_create_node(a);
 			return true;
 		}
 		if (a->try_only)
 			return false;
-		await_change(a, seen);
+		await_change(a, seen, m->node);
 	}
 }
 
@@ -296,7 +320,7 @@ begin_round(ZkaAttempt *a, ZkaAttempt *m, const char *path)
 	/* the internal mutex: an exclusive lock with the same deadline */
 	zka_begin(m, a->resource, ZKR_MODE_EXCLUSIVE, a->try_only, -1);
 	m->msg_mode = ZKR_MODE_SEMAPHORE;
-	m->follow_deadlocks = false;
+	m->follow_deadlocks = !a->try_only;
 	m->deadline = a->deadline;
 	m->deadline_ms = a->deadline_ms;
 	m->by_lock_timeout = a->by_lock_timeout;
@@ -315,8 +339,8 @@ zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
 	ZkaAttempt *m = palloc0(sizeof(ZkaAttempt));	/* changed in PG_TRY */
 	volatile bool held = false;
 
-	/* semaphore waits are not followed by deadlock detection (above) */
-	a->follow_deadlocks = false;
+	/* waits for room are followed by deadlock detection (above) */
+	a->follow_deadlocks = !a->try_only;
 	begin_round(a, m, path);
 
 	if (!curator)
@@ -328,7 +352,7 @@ zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
 
 		a->waited = m->waited;
 		if (mutex && !curator)
-			held = lease_counted_before_create(a, max_holders);
+			held = lease_counted_before_create(a, m, max_holders);
 		else if (mutex)
 		{
 			held = lease_counted_mutex_released(a, m, max_holders);

@@ -60,17 +60,28 @@ zkw_format_record(const ZkwRecord *r, char *out, size_t outsize)
 		list_len += (size_t) snprintf(list + list_len, sizeof(list) - list_len,
 									  "%s%d", i == 0 ? " blocked=" : ",",
 									  r->blocked[i]);
+	if ((r->mode == ZKR_MODE_SEMAPHORE) != (r->leases != NULL && r->leases_len > 0))
+		return 0;
+	if (r->leases != NULL)
+		list_len += (size_t) snprintf(list + list_len, sizeof(list) - list_len,
+									  " leases=%zu:", r->leases_len);
 	head = snprintf(out, outsize,
 					RECORD_TAG "sysid=%llu pid=%d mode=%s node=%zu:",
 					(unsigned long long) r->sysid, r->pid,
 					zkr_mode_name(r->mode), r->node_len);
 	if (head < 0 ||
-		(size_t) head + r->node_len + list_len + 10 + r->resource_len >= outsize)
+		(size_t) head + r->node_len + list_len + r->leases_len + 10 +
+		r->resource_len >= outsize)
 		return 0;
 	memcpy(out + head, r->node, r->node_len);
 	head += r->node_len;
 	memcpy(out + head, list, list_len);
 	head += list_len;
+	if (r->leases != NULL)
+	{
+		memcpy(out + head, r->leases, r->leases_len);
+		head += r->leases_len;
+	}
 	memcpy(out + head, " resource=", 10);
 	head += 10;
 	memcpy(out + head, r->resource, r->resource_len);
@@ -147,6 +158,8 @@ zkw_parse_record(const char *data, size_t len, ZkwRecord *r)
 		r->mode = ZKR_MODE_EXCLUSIVE;
 	else if (expect(&p, end, "shared"))
 		r->mode = ZKR_MODE_SHARED;
+	else if (expect(&p, end, "semaphore"))
+		r->mode = ZKR_MODE_SEMAPHORE;
 	else
 		return false;
 	if (!expect(&p, end, " ") || !parse_number(&p, end, "node", &v) ||
@@ -172,6 +185,17 @@ zkw_parse_record(const char *data, size_t len, ZkwRecord *r)
 			r->blocked[r->nblocked++] = (int) v;
 		} while (expect(&p, end, ","));
 	}
+	if (expect(&p, end, " leases="))
+	{
+		if (!parse_number(&p, end, NULL, &v) || !expect(&p, end, ":") ||
+			v == 0 || v > (unsigned long long) (end - p))
+			return false;
+		r->leases = p;
+		r->leases_len = (size_t) v;
+		p += v;
+	}
+	if ((r->mode == ZKR_MODE_SEMAPHORE) != (r->leases != NULL))
+		return false;
 	if (!expect(&p, end, " resource="))
 		return false;
 	r->resource = p;
@@ -283,6 +307,30 @@ done:
 	free(bwd);
 	free(stack);
 	return len;
+}
+
+bool
+zkw_certain(int nv, const ZkwEdge *e, int ne, const int *comp, int ncomp,
+			const bool *any_of)
+{
+	char	   *in = calloc(nv > 0 ? nv : 1, 1);
+	bool		certain = (in != NULL);
+
+	for (int k = 0; k < ncomp && certain; k++)
+		if (comp[k] >= 0 && comp[k] < nv)
+			in[comp[k]] = 1;
+	for (int i = 0; i < ne && certain; i++)
+	{
+		int			from = e[i].from;
+		int			to = e[i].to;
+
+		if (from < 0 || from >= nv || !in[from] || !any_of[from])
+			continue;
+		if (to < 0 || to >= nv || !in[to])
+			certain = false;
+	}
+	free(in);
+	return certain;
 }
 
 int

@@ -63,13 +63,23 @@ typedef struct ZkwRecord
 	 */
 	bool		has_beat;
 	uint64_t	beat;
+
+	/*
+	 * A semaphore's waiter (mode semaphore) waits for room: for any one
+	 * lease under this parent to go.  Its node is the one it holds while
+	 * it waits (its own lease, or the semaphore's internal mutex).
+	 */
+	const char *leases;
+	size_t		leases_len;
 } ZkwRecord;
 
 /*
  * Format a record as its node's data:
  *	 "zklock-wait sysid=<u64> pid=<int> mode=<mode> node=<len>:<path>
- *	  beat=<u64> [blocked=<pid>,<pid>...] resource=<text>"
- * (one line; the blocked list is left out when empty).  The resource
+ *	  beat=<u64> [blocked=<pid>,<pid>...] [leases=<len>:<path>]
+ *	  resource=<text>"
+ * (one line; the blocked list is left out when empty, the leases' parent
+ * is there for mode semaphore only).  The resource
  * comes last and runs to the end of the data (it may hold any byte).
  * Returns the length written (without NUL), or 0 if it does not fit in
  * outsize.
@@ -121,6 +131,20 @@ extern int	zkw_find_cycle(int nv, const ZkwEdge *e, int ne, int start,
  */
 extern int	zkw_component(int nv, const ZkwEdge *e, int ne, int start,
 						  int *members);
+
+/*
+ * Is the component comp (ncomp vertices, from zkw_component) certainly
+ * stuck?  Most vertices wait for all their successors (a lock waits for
+ * every conflicting contender ahead); a vertex with any_of[v] set (a
+ * semaphore's waiter) waits for any one of them (any lease going makes
+ * room).  Such a vertex is stuck for good only if all its successors are
+ * in the component; if one is outside and can still move, everyone in the
+ * component waits, through the others, for that one.  When every any_of
+ * vertex of the component has all its successors inside, nobody there can
+ * move first: a deadlock.
+ */
+extern bool zkw_certain(int nv, const ZkwEdge *e, int ne, const int *comp,
+						int ncomp, const bool *any_of);
 
 /*
  * The victim among the members of a cycle or component: the one with a record whose wait is the

@@ -133,7 +133,7 @@ zkwr_local_blocked(int *out)
 /* Our record's data, with w's blocked list. */
 static char *
 format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
-		   int *len)
+		   const char *leases, int *len)
 {
 	ZkwRecord	r;
 	size_t		size;
@@ -147,10 +147,13 @@ format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	r.node_len = strlen(node);
 	r.resource = resource;
 	r.resource_len = strlen(resource);
+	r.leases = leases;
+	r.leases_len = leases ? strlen(leases) : 0;
 	r.beat = w->beat;
 	r.nblocked = w->nblocked;
 	memcpy(r.blocked, w->blocked, sizeof(int) * w->nblocked);
-	size = r.node_len + r.resource_len + 128 + 12 * ZKW_MAX_BLOCKED;
+	size = r.node_len + r.resource_len + r.leases_len + 160 +
+		12 * ZKW_MAX_BLOCKED;
 	data = palloc(size);
 	*len = (int) zkw_format_record(&r, data, size);
 	return data;
@@ -193,10 +196,10 @@ zkwr_watch_own(ZkdWait *w, TimestampTz deadline)
  */
 bool
 zkwr_refresh(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
-		TimestampTz deadline)
+			 const char *leases, TimestampTz deadline)
 {
 	int			len;
-	char	   *data = format_own(w, resource, node, mode, &len);
+	char	   *data = format_own(w, resource, node, mode, leases, &len);
 	ZksRc		rc;
 
 	if (len == 0)
@@ -221,14 +224,14 @@ zkwr_refresh(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
  */
 bool
 zkwr_publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
-		TimestampTz deadline)
+			 const char *leases, TimestampTz deadline)
 {
 	char	   *path = psprintf("%s/%016llx", zkwr_waits_parent(),
 								(unsigned long long) zks_session_id());
 	char	   *data;
 	int			len;
 
-	data = format_own(w, resource, node, mode, &len);
+	data = format_own(w, resource, node, mode, leases, &len);
 	if (len == 0)
 		return false;
 

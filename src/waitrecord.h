@@ -32,9 +32,11 @@ extern int	zkwr_local_blocked(int *out);
  * answers (only for interrupts).
  */
 extern bool zkwr_publish(ZkdWait *w, const char *resource, const char *node,
-						 ZkrMode mode, TimestampTz deadline);
+						 ZkrMode mode, const char *leases,
+						 TimestampTz deadline);
 extern bool zkwr_refresh(ZkdWait *w, const char *resource, const char *node,
-						 ZkrMode mode, TimestampTz deadline);
+						 ZkrMode mode, const char *leases,
+						 TimestampTz deadline);
 
 /* (Re)set the data watch on our record, after a write of our own. */
 extern void zkwr_watch_own(ZkdWait *w, TimestampTz deadline);

@@ -434,6 +434,87 @@ def test_cycle_through_row_locks_of_two_clusters(ctx):
     settle(ctx, [r1, r2])
 
 
+def record_beat(ctx, pid):
+    """The beat of the wait record of backend pid (None without one)."""
+    path = ctx.root + '/%waits'
+    for name in (ctx.kz.get_children(path) if ctx.kz.exists(path) else []):
+        try:
+            data = ctx.kz.get(path + '/' + name)[0].decode('utf-8', 'replace')
+        except Exception:
+            continue                    # gone meanwhile
+        if ' pid=%d ' % pid in data and ' beat=' in data:
+            return int(data.split(' beat=')[1].split(' ')[0])
+    return None
+
+
+def semaphore_row_cycle(ctx, protocol):
+    """A holds the one lease of a semaphore and waits for W's row lock; W
+    asks for the semaphore: it waits for room, which only A can make.
+    Exactly one 40P01, W's (the only zklock waiter), naming the semaphore;
+    then A gets the row."""
+    sem = 'dl-sem-%s-%d' % (protocol, int(time.time() * 1000) % 100000)
+    a = on(ctx, 0, 'dl-sem-a')
+    w = on(ctx, 0, 'dl-sem-w')
+    for b in (a, w):
+        b.query('SET zklock.protocol = %s', [protocol])
+        b.query('BEGIN')
+    token_of(a.submit('SELECT zk_lock_semaphore(%s, 1)', [sem]), 15)
+    w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 6')
+    fa = row(a, 6)
+    harness.wait_until(lambda: in_lock_wait(ctx, 0, a.pid), 10,
+                       'A waits for the row lock')
+    fw = w.submit('SELECT zk_lock_semaphore(%s, 1, %s::interval)', [sem, LONG])
+    name, err, elapsed = first_victim(ctx, {'a': fa, 'w': fw},
+                                      'semaphore and row lock (%s)' % protocol)
+    ctx.figure('cycle through a semaphore (%s) and a row lock: 40P01 after'
+               % protocol, round(elapsed, 2), 's')
+    assert name == 'w', name
+    assert 'semaphore' in (err.diag.message_detail or ''), err.diag.message_detail
+    w.query('ROLLBACK')
+    fa.result(15)
+    a.query('COMMIT')
+    harness.wait_until(lambda: not waits_left(ctx), 15, 'no wait record left')
+
+
+def test_cycle_through_a_semaphore_and_a_row_lock(ctx):
+    semaphore_row_cycle(ctx, 'curator-rw')
+
+
+def test_cycle_through_a_kazoo_semaphore_and_a_row_lock(ctx):
+    semaphore_row_cycle(ctx, 'kazoo')
+
+
+def test_semaphore_holder_outside_the_cycle_is_no_deadlock(ctx):
+    """The same with two leases, the other held by C on another cluster,
+    which waits for nothing: W waits for A (on a cycle with it) or C (free
+    to go), so it is no deadlock.  W searches again and again (its record
+    beats) and gets no 40P01; when C commits, W gets the lease."""
+    sem = 'dl-sem-free-%d' % (int(time.time() * 1000) % 100000)
+    a = on(ctx, 0, 'dl-semf-a')
+    w = on(ctx, 0, 'dl-semf-w')
+    c = on(ctx, 1, 'dl-semf-c')
+    for b in (a, w, c):
+        b.query('BEGIN')
+    token_of(a.submit('SELECT zk_lock_semaphore(%s, 2)', [sem]), 15)
+    token_of(c.submit('SELECT zk_lock_semaphore(%s, 2)', [sem]), 15)
+    w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 7')
+    fa = row(a, 7)
+    harness.wait_until(lambda: in_lock_wait(ctx, 0, a.pid), 10,
+                       'A waits for the row lock')
+    fw = w.submit('SELECT zk_lock_semaphore(%s, 2, %s::interval)', [sem, LONG])
+    # W's first search already sees A waiting for it; three checks (two
+    # searches among them) may not end its wait
+    harness.wait_until(lambda: (record_beat(ctx, w.pid) or 0) >= 3,
+                       DEADLOCK_S * 8, 'W checks three times')
+    assert not fw.done(), outcome(fw, 0)
+    c.query('COMMIT')
+    assert outcome(fw, 15) == 'granted'
+    w.query('COMMIT')
+    fa.result(15)
+    a.query('COMMIT')
+    harness.wait_until(lambda: not waits_left(ctx), 15, 'no wait record left')
+
+
 def test_no_false_deadlock_in_a_long_queue(ctx):
     """32 backends on two clusters take one lock over and over with short
     holds for 30 s: many waits pass deadlock_timeout, none is a cycle, and

@@ -7,8 +7,8 @@ judge counts the holders; a holder killed with SIGKILL frees its lease
 after the session timeout; session and transaction scope; a lost lease
 fails the COMMIT with 40001; try, timeout, cancel, statement_timeout and
 backend exit leave no lease and no internal-mutex node; one waiter at a
-time watches the lease list; a semaphore wait publishes no wait record
-(deadlock detection does not follow it); bad input; the 1.1 -> 1.2
+time watches the lease list; a wait for room publishes a wait record of
+mode semaphore (deadlock detection follows it); bad input; the 1.1 -> 1.2
 update keeps the grants on zk_locks.
 
 The judge: every worker reports entering right after its acquire returned
@@ -450,10 +450,11 @@ def test_one_waiter_watches_the_leases(ctx):
     settle(ctx, 'curator-rw', res)
 
 
-def test_semaphore_wait_publishes_no_wait_record(ctx):
-    """Deadlock detection does not follow semaphore waits: past
-    deadlock_timeout a waiter publishes no record (so no search can find
-    a cycle through it, and none can be false)."""
+def test_semaphore_wait_publishes_a_wait_record(ctx):
+    """Deadlock detection follows a wait for room (issue 30): past
+    deadlock_timeout the waiter publishes a record of mode semaphore that
+    names the leases' parent; with no cycle it ends by its own timeout
+    (55P03, no 40P01) and its record goes with the wait."""
     res = 'sem-dl'
     waits = '%s/%%waits' % ctx.root
     h = sql(ctx, 'sem-dl-h')
@@ -462,13 +463,25 @@ def test_semaphore_wait_publishes_no_wait_record(ctx):
     w = sql(ctx, 'sem-dl-w')
     w.query("SET deadlock_timeout = '100ms'")
     before = ctx.kz.exists(waits)
-    before = before.cversion if before else None
+    before = before.cversion if before else 0
     w.query('BEGIN')
-    expect_sqlstate(w.submit('SELECT zk_lock_semaphore(%s, 1, %s)',
-                             [res, '1500ms']), '55P03', 10,
-                    'semaphore wait past deadlock_timeout')
-    after = ctx.kz.exists(waits)
-    assert (after.cversion if after else None) == before, (before, after)
+    fw = w.submit('SELECT zk_lock_semaphore(%s, 1, %s)', [res, '1500ms'])
+
+    def record():
+        for name in (ctx.kz.get_children(waits) if ctx.kz.exists(waits) else []):
+            try:
+                data = ctx.kz.get(waits + '/' + name)[0]
+            except Exception:
+                continue
+            if b' pid=%d ' % w.pid in data:
+                return data
+        return None
+    wait_until(lambda: record() is not None, 10, "the waiter's record")
+    data = record()
+    assert b' mode=semaphore ' in data and b' leases=' in data, data
+    expect_sqlstate(fw, '55P03', 10, 'semaphore wait past deadlock_timeout')
+    wait_until(lambda: record() is None, 10, 'the record gone with the wait')
+    assert ctx.kz.exists(waits).cversion - before == 2, 'one create, one delete'
     w.query('ROLLBACK')
     h.query('COMMIT')
     settle(ctx, 'curator-rw', res)

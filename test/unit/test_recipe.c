@@ -1541,6 +1541,27 @@ test_waitgraph(void)
 		   "record: a node length past the end is refused");
 	}
 	{
+		/*
+		 * Semaphore waiter 0 (any_of) waits for lease holders 1 and 2;
+		 * 1 waits for 0 (a row lock).  With 2 free the component {0, 1}
+		 * is no deadlock; once 2 waits for 0 too, {0, 1, 2} is.
+		 */
+		ZkwEdge		e[4] = {{0, 1}, {0, 2}, {1, 0}, {2, 0}};
+		bool		any_of[3] = {true, false, false};
+		bool		and_only[3] = {false, false, false};
+		int			comp[3];
+		int			n;
+
+		n = zkw_component(3, e, 3, 0, comp);
+		ok(n == 2 && !zkw_certain(3, e, 3, comp, n, any_of),
+		   "certain: a semaphore waiter with a free holder is no deadlock");
+		ok(zkw_certain(3, e, 3, comp, n, and_only),
+		   "certain: the same edges as lock waits are one");
+		n = zkw_component(3, e, 4, 0, comp);
+		ok(n == 3 && zkw_certain(3, e, 4, comp, n, any_of),
+		   "certain: every holder on the cycle: a deadlock");
+	}
+	{
 		/* the PostgreSQL-local edges a record publishes (issue 30) */
 		ZkwRecord	r;
 		ZkwRecord	back;
@@ -1594,6 +1615,25 @@ test_waitgraph(void)
 				diag("parsed: %s", bad[i]);
 			}
 		ok(all_refused, "record: malformed lists and numbers past 2^64 - 1 are refused whole");
+		r.mode = ZKR_MODE_SEMAPHORE;
+		ok(zkw_format_record(&r, buf, sizeof(buf)) == 0,
+		   "record: a semaphore's record without its leases' parent is refused");
+		r.leases = "/zk/sem/leases";
+		r.leases_len = strlen(r.leases);
+		len = zkw_format_record(&r, buf, sizeof(buf));
+		ok(len > 0 && zkw_parse_record(buf, len, &back) &&
+		   back.mode == ZKR_MODE_SEMAPHORE && back.leases_len == r.leases_len &&
+		   memcmp(back.leases, r.leases, r.leases_len) == 0 &&
+		   back.resource_len == r.resource_len,
+		   "record: a semaphore's record keeps its leases' parent");
+		ok(!zkw_parse_record("zklock-wait sysid=5 pid=6 mode=semaphore node=2:/a beat=1 resource=r",
+							 68, &back) &&
+		   !zkw_parse_record("zklock-wait sysid=5 pid=6 mode=shared node=2:/a beat=1 leases=2:/l resource=r",
+							 77, &back),
+		   "record: leases go with mode semaphore, and only with it");
+		r.mode = ZKR_MODE_EXCLUSIVE;
+		r.leases = NULL;
+		r.leases_len = 0;
 		{
 			/* 65 pids: one more than a record may list */
 			char		many[2048];
