@@ -26,6 +26,13 @@ PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(PGXS),)
 include $(PGXS)
+
+# make installcheck (PGXS: pg_regress against the running server) needs a
+# ZooKeeper server at that server's zklock.hosts: checked once, up front
+installcheck: installcheck-zookeeper
+.PHONY: installcheck-zookeeper
+installcheck-zookeeper:
+	@test/zk_reachable.sh "$(PG_CONFIG)"
 endif
 
 # PGXS tracks no header dependencies: rebuild everything when one changes.
