@@ -23,6 +23,7 @@
 
 #include "access/xlog.h"
 #include "commands/dbcommands.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "postmaster/postmaster.h"
 #include "storage/proc.h"
@@ -200,61 +201,110 @@ zka_done_req(ZksRequest **req)
 }
 
 /*
- * Ancestors of lock parents (the root, intermediate levels) that exist in
- * the current session, so that a new lock parent costs one create rather
- * than one per level.  They are containers, which the server removes once
- * empty: a level that went shows up as NONODE for the create below it,
- * and the whole cache is dropped.  A new session (expiry, other hosts)
- * starts afresh; long paths are not cached.
+ * Levels known to exist in the current session: the ancestors of lock
+ * parents (the root, intermediate levels) and the lock parents themselves
+ * that this backend created or created a node in.  A create under a known
+ * parent is sent alone; under an unknown one, the parent's create (and
+ * those of the unknown levels above it) go right in front of it, in the
+ * same round trip (issue 31: names never used before are the normal case,
+ * because the server reaps an empty lock parent within
+ * znode.container.checkIntervalMs, 60 s by default).  That costs a name
+ * seen for the first time by this backend one create more, which the
+ * server answers NODEEXISTS when the parent is there after all; a fresh
+ * name then costs one write more than a warm one, never a round trip.
+ *
+ * The levels are CONTAINER nodes, which the server removes once empty, so
+ * knowing is only a good guess: a level that went shows up as NONODE for
+ * the create below it, and then the whole cache is dropped (one level
+ * gone usually means a reaping pass).  A new session (expiry, other
+ * hosts) starts afresh.  Keys are 64-bit hashes of the paths: two paths
+ * with one hash make one of them look known, which costs a NONODE and a
+ * retry, never a wrong answer.  At LEVEL_CACHE_MAX entries the cache is
+ * dropped and starts again.
  */
-#define ANCESTOR_KEY_LEN	256
-#define ANCESTOR_CACHE_MAX	1024
+#define LEVEL_CACHE_MAX		16384
 
-static HTAB *known_ancestors = NULL;
-static int64 known_ancestors_session = 0;
+static HTAB *known_levels = NULL;
+static int64 known_levels_session = 0;
 
 static void
-ancestors_forget(void)
+levels_forget(void)
 {
-	if (known_ancestors != NULL)
-		hash_destroy(known_ancestors);
-	known_ancestors = NULL;
+	if (known_levels != NULL)
+		hash_destroy(known_levels);
+	known_levels = NULL;
+}
+
+static uint64
+level_key(const char *path)
+{
+	return hash_bytes_extended((const unsigned char *) path,
+							   (int) strlen(path), 0);
 }
 
 static bool
-ancestor_known(const char *path)
+level_known(const char *path)
 {
 	bool		found = false;
+	uint64		key = level_key(path);
 
-	if (known_ancestors_session != zks_session_id())
-		ancestors_forget();
-	if (known_ancestors != NULL && strlen(path) < ANCESTOR_KEY_LEN)
-		hash_search(known_ancestors, path, HASH_FIND, &found);
+	if (known_levels_session != zks_session_id())
+		levels_forget();
+	if (known_levels != NULL)
+		hash_search(known_levels, &key, HASH_FIND, &found);
 	return found;
 }
 
 static void
-ancestor_remember(const char *path)
+level_remember(const char *path)
 {
-	if (strlen(path) >= ANCESTOR_KEY_LEN)
-		return;
-	if (known_ancestors_session != zks_session_id() ||
-		(known_ancestors != NULL &&
-		 hash_get_num_entries(known_ancestors) >= ANCESTOR_CACHE_MAX))
-		ancestors_forget();
-	if (known_ancestors == NULL)
+	uint64		key = level_key(path);
+
+	if (known_levels_session != zks_session_id() ||
+		(known_levels != NULL &&
+		 hash_get_num_entries(known_levels) >= LEVEL_CACHE_MAX))
+		levels_forget();
+	if (known_levels == NULL)
 	{
 		HASHCTL		ctl;
 
 		memset(&ctl, 0, sizeof(ctl));
-		ctl.keysize = ANCESTOR_KEY_LEN;
-		ctl.entrysize = ANCESTOR_KEY_LEN;
+		ctl.keysize = sizeof(uint64);
+		ctl.entrysize = sizeof(uint64);
 		ctl.hcxt = TopMemoryContext;
-		known_ancestors = hash_create("zklock known ancestors", 16, &ctl,
-									  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
-		known_ancestors_session = zks_session_id();
+		known_levels = hash_create("zklock known levels", 64, &ctl,
+								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		known_levels_session = zks_session_id();
 	}
-	hash_search(known_ancestors, path, HASH_ENTER, NULL);
+	hash_search(known_levels, &key, HASH_ENTER, NULL);
+}
+
+void
+zka_level_answered(const char *path, ZksRc rc)
+{
+	if (rc == ZKS_OK || rc == ZKS_NODEEXISTS)
+		level_remember(path);
+	else if (rc == ZKS_NONODE)
+		levels_forget();		/* a level above went: a reaping pass */
+}
+
+List *
+zka_needed_levels(ZkaAttempt *a, List *paths)
+{
+	for (const char *p = a->parent + 1; *p; p++)
+	{
+		/* every prefix ending before a '/', then the parent itself */
+		if (p[1] == '/' || p[1] == '\0')
+		{
+			char	   *path = pnstrdup(a->parent, p + 1 - a->parent);
+
+			if (level_known(path))
+				pfree(path);
+			else
+				paths = lappend(paths, path);
+		}
+	}
+	return paths;
 }
 
 /*
@@ -274,7 +324,7 @@ send_parents(ZkaAttempt *a, bool include_parent)
 		{
 			char	   *path = pnstrdup(a->parent, p + 1 - a->parent);
 
-			if (p[1] == '/' && ancestor_known(path))
+			if (level_known(path))
 			{
 				pfree(path);
 				continue;
@@ -309,18 +359,13 @@ check_parents(ZkaAttempt *a)
 	ListCell   *lc;
 	ListCell   *pc;
 	ZksRc		failed = ZKS_OK;
-	size_t		parent_len = strlen(a->parent);
 
 	forboth(lc, a->preqs, pc, a->ppaths)
 	{
 		ZksRc		rc = zka_await_reply(a, (ZksRequest *) lfirst(lc));
 		const char *path = (const char *) lfirst(pc);
 
-		if ((rc == ZKS_OK || rc == ZKS_NODEEXISTS) &&
-			strlen(path) < parent_len)
-			ancestor_remember(path);
-		else if (rc == ZKS_NONODE)
-			ancestors_forget(); /* a level we skipped was reaped */
+		zka_level_answered(path, rc);
 		if (rc != ZKS_OK && rc != ZKS_NODEEXISTS &&
 			rc != ZKS_CONNECTION_LOSS && rc != ZKS_NONODE && failed == ZKS_OK)
 			failed = rc;
@@ -420,6 +465,9 @@ zka_create_node(ZkaAttempt *a)
 void
 zka_send_create(ZkaAttempt *a)
 {
+	/* an unknown parent's create goes in front, in the same round trip */
+	if (a->preqs == NIL && !level_known(a->parent))
+		send_parents(a, true);
 	a->creq = zks_send_create(a->create_path, a->data, strlen(a->data),
 							  a->create_mode);
 	if (a->list_after_create)
@@ -431,12 +479,16 @@ zka_complete_create(ZkaAttempt *a)
 {
 	for (int tries = 0;; tries++)
 	{
-		ZksRc		rc = zka_await_reply(a, a->creq);
+		ZksRc		rc;
 
+		if (a->preqs != NIL)
+			check_parents(a);	/* answered first: sent in front */
+		rc = zka_await_reply(a, a->creq);
 		if (rc == ZKS_OK)
 		{
 			ZksStat		st;
 
+			level_remember(a->parent);
 			a->node = zks_take_created_path(a->creq);
 			a->name = strrchr(a->node, '/') + 1;
 			zks_get_stat(a->creq, &st);
@@ -456,6 +508,7 @@ zka_complete_create(ZkaAttempt *a)
 			 * node's, back to back: the whole retry is one round trip.
 			 */
 			zka_done_req(&a->creq);
+			levels_forget();	/* what we knew was wrong */
 			send_parents(a, true);
 			zka_send_create(a);
 			check_parents(a);
@@ -863,14 +916,3 @@ zka_create_ancestors(ZkaAttempt *a)
 	check_parents(a);
 }
 
-void
-zka_send_parents(ZkaAttempt *a)
-{
-	send_parents(a, true);
-}
-
-void
-zka_check_parents(ZkaAttempt *a)
-{
-	check_parents(a);
-}

@@ -42,7 +42,9 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 
 #include "acquire.h"
 #include "lockset.h"
@@ -66,8 +68,12 @@ typedef struct LockSet
 	int			n;
 	Batch	   *batches;		/* the current round's */
 	int			nbatches;
+	List	   *lreqs;			/* creates of levels sent in front ... */
+	List	   *lpaths;			/* ... and their paths */
 	ZkaAttempt *blocked;		/* the lock a try found taken */
 } LockSet;
+
+static void send_levels(LockSet *s, int from, int to);
 
 static int
 compare_parents(const void *x, const void *y)
@@ -127,6 +133,7 @@ send_batch(LockSet *s, Batch *b, int limit)
 static void
 send_round(LockSet *s, int from)
 {
+	send_levels(s, from, s->n);
 	s->nbatches = 0;
 	while (from < s->n)
 	{
@@ -140,69 +147,87 @@ send_round(LockSet *s, int from)
 }
 
 /*
- * The multi failed because a lock parent is missing (new, or reaped by
- * the server as an empty container).  A multi would fail as a whole again
- * for any parent the server reaps meanwhile, and it cannot create parents
- * that may exist, so this batch goes on with single creates, still
- * pipelined: all of them, then, for those whose parent is missing, the
- * parents (CONTAINER nodes) and the create again, back to back.  A parent
- * made here has had no child yet, which the server never reaps; each
- * round fixes every parent it found missing.  The listings go behind each
- * create, as in the multi's case, and each create's reply carries its
- * node's czxid.
+ * Send, in front of the multis of atts[from .. to - 1], the creates of the
+ * levels their locks need and this session does not know to exist (lock
+ * parents never used before, or reaped since; new levels above them),
+ * each once, top down, as CONTAINER nodes.  ZooKeeper runs a session's
+ * requests in order, so every multi behind them finds its parents: names
+ * used for the first time cost one create each (answered NODEEXISTS where
+ * the parent was there after all) in the same round trip as the locks,
+ * never a round trip per lock (issue 31).
  */
 static void
-create_singly(LockSet *s, Batch *b)
+send_levels(LockSet *s, int from, int to)
 {
-	bool	   *again = palloc0(sizeof(bool) * b->count);
+	HASHCTL		ctl;
+	HTAB	   *sent;
 
-	for (int j = 0; j < b->count; j++)
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(uint64);
+	ctl.entrysize = sizeof(uint64);
+	ctl.hcxt = CurrentMemoryContext;
+	sent = hash_create("zklock levels sent", 64, &ctl,
+					   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	for (int i = from; i < to; i++)
 	{
-		ZkaAttempt *a = s->atts[b->first + j];
+		ListCell   *lc;
+		List	   *paths = zka_needed_levels(s->atts[i], NIL);
 
-		zka_done_req(&a->lreq);
-		zka_send_create(a);
-	}
-	for (int tries = 0;; tries++)
-	{
-		int			missing = -1;
-
-		for (int j = 0; j < b->count; j++)
+		foreach(lc, paths)
 		{
-			ZkaAttempt *a = s->atts[b->first + j];
+			char	   *path = (char *) lfirst(lc);
+			uint64		key = hash_bytes_extended((const unsigned char *) path,
+												  (int) strlen(path), 0);
+			bool		found;
 
-			if (a->node != NULL)
-				continue;
-			if (tries < MAX_CREATE_TRIES &&
-				zka_await_reply(a, a->creq) == ZKS_NONODE)
-			{
-				zka_done_req(&a->creq);
-				zka_done_req(&a->lreq);
-				again[j] = true;
-				if (missing < 0)
-					missing = j;
-			}
-			else
-				zka_complete_create(a);		/* and any retry it needs */
+			hash_search(sent, &key, HASH_ENTER, &found);
+			if (found)
+				continue;		/* an ancestor the locks before share */
+			s->lreqs = lappend(s->lreqs,
+							   zks_send_create(path, "", 0, ZKS_CONTAINER));
+			s->lpaths = lappend(s->lpaths, path);
 		}
-		if (missing < 0)
-			break;
-		/* the levels above, usually shared by all: once, and cached */
-		zka_create_ancestors(s->atts[b->first + missing]);
-		for (int j = 0; j < b->count; j++)
-			if (again[j])
-			{
-				zka_send_parents(s->atts[b->first + j]);
-				zka_send_create(s->atts[b->first + j]);
-			}
-		for (int j = 0; j < b->count; j++)
-			if (again[j])
-			{
-				zka_check_parents(s->atts[b->first + j]);
-				again[j] = false;
-			}
 	}
-	pfree(again);
+	hash_destroy(sent);
+}
+
+static void
+done_levels(LockSet *s)
+{
+	ListCell   *lc;
+
+	foreach(lc, s->lreqs)
+		zks_done((ZksRequest *) lfirst(lc));
+	list_free(s->lreqs);
+	s->lreqs = NIL;
+	s->lpaths = NIL;
+}
+
+/*
+ * The levels' answers, which come before the multis': existing levels are
+ * fine; NONODE (a level above went meanwhile) and a lost reply are left
+ * to the multi behind, which fails the same way and is handled there;
+ * anything else ends the call.
+ */
+static void
+check_levels(LockSet *s, ZkaAttempt *lead)
+{
+	ListCell   *lc;
+	ListCell   *pc;
+	ZksRc		failed = ZKS_OK;
+
+	forboth(lc, s->lreqs, pc, s->lpaths)
+	{
+		ZksRc		rc = zka_await_reply(lead, (ZksRequest *) lfirst(lc));
+
+		zka_level_answered((const char *) lfirst(pc), rc);
+		if (rc != ZKS_OK && rc != ZKS_NODEEXISTS && rc != ZKS_NONODE &&
+			rc != ZKS_CONNECTION_LOSS && failed == ZKS_OK)
+			failed = rc;
+	}
+	done_levels(s);
+	if (failed != ZKS_OK)
+		zka_failure(lead, ZKA_OP_CREATE_PARENT, failed);
 }
 
 /*
@@ -362,9 +387,22 @@ collect_batch(LockSet *s, Batch *b)
 
 		if (rc == ZKS_NONODE)
 		{
+			/*
+			 * A parent went between its create (or our knowing it) and
+			 * the multi: the server reaped it as an empty container.  The
+			 * multi created nothing.  What we knew is dropped, and this
+			 * batch's levels go out again in front of the multi (a parent
+			 * made that way has had no child yet, which the server never
+			 * reaps), with its listings behind it.
+			 */
 			zka_done_req(&b->mreq);
-			create_singly(s, b);
-			return;				/* the creates' replies gave the tokens */
+			for (int j = 0; j < b->count; j++)
+				zka_done_req(&s->atts[b->first + j]->lreq);
+			zka_level_answered(lead->parent, ZKS_NONODE);
+			send_levels(s, b->first, b->first + b->count);
+			send_batch(s, b, b->count);
+			check_levels(s, lead);
+			continue;
 		}
 
 		/*
@@ -448,6 +486,7 @@ run_rounds(LockSet *s, bool try_only)
 		int			blocked = -1;
 
 		send_round(s, start);
+		check_levels(s, s->atts[start]);
 		for (int k = 0; k < s->nbatches; k++)
 			collect_batch(s, &s->batches[k]);
 		for (int k = 0; k < s->nbatches; k++)
@@ -486,6 +525,8 @@ zkm_acquire_set(ZkaAttempt **atts, int n, ZkaAttempt **blocked)
 	s->n = n;
 	s->batches = palloc(sizeof(Batch) * n);
 	s->nbatches = 0;
+	s->lreqs = NIL;
+	s->lpaths = NIL;
 	s->blocked = NULL;
 
 	/* the first look at each lock never waits (run_rounds waits) */
@@ -499,6 +540,7 @@ zkm_acquire_set(ZkaAttempt **atts, int n, ZkaAttempt **blocked)
 	}
 	PG_CATCH();
 	{
+		done_levels(s);
 		for (int k = 0; k < s->nbatches; k++)
 		{
 			zks_done(s->batches[k].mreq);
