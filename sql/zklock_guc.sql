@@ -83,4 +83,25 @@ SELECT zk_lock_shared('proto-m2');
 ROLLBACK;
 RESET zklock.protocol;
 
+-- session locks off (for a transaction-pooling connection pooler): every
+-- session-scope call is refused, unlocking is not; superuser-only
+SHOW zklock.session_locks;
+SELECT zk_session_lock_exclusive('held-before') > 0 AS locked;
+SET zklock.session_locks = off;
+SELECT zk_session_lock_exclusive('off');
+SELECT zk_try_session_lock_shared(ARRAY['off', 'off2']);
+SELECT zk_try_session_lock_semaphore('off-sem', 2);
+SELECT zk_try_session_lock_exclusive('held-before');
+SELECT resource, scope, count FROM zk_locks;
+SELECT zk_unlock('held-before');
+SELECT zk_unlock_semaphore('off-sem');
+SELECT zk_unlock_all();
+BEGIN;
+SELECT zk_lock_exclusive('off') > 0 AS locked;
+COMMIT;
+SET ROLE zklock_regress_job;
+SET zklock.session_locks = on;
+RESET ROLE;
+RESET zklock.session_locks;
+
 DROP ROLE zklock_regress_job;

@@ -78,6 +78,25 @@ check_protocol_mode(ZkrMode mode)
 				 errhint("Use zklock.protocol \"curator-rw\" or \"kazoo\" for shared locks.")));
 }
 
+/*
+ * A session-level hold is refused while zklock.session_locks is off, before
+ * anything is asked of the lock table or ZooKeeper: behind a pooler that
+ * gives this backend to another client after each transaction, the hold
+ * would outlive the client that took it and pass to whoever comes next.
+ * Transaction-level holds end with the transaction, inside one client's
+ * turn.  Releasing is never refused, so nothing can get stuck.
+ */
+static void
+check_scope_allowed(ZklScope scope)
+{
+	if (scope == ZKL_SCOPE_SESSION && !zklock_session_locks)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("session-level zklock locks are disabled"),
+				 errdetail("\"zklock.session_locks\" is off: a transaction-pooling connection pooler may hand this server connection to other clients, and a session-level lock would pass to them."),
+				 errhint("Use the transaction-level functions (zk_lock_exclusive and friends), which end with the transaction.")));
+}
+
 /* An entry already held in this mode: one more hold, no request. */
 static void
 check_reentry(ZklLock *lock, ZkrMode mode, int max_holders)
@@ -104,6 +123,8 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	ZklLock    *lender;
 	ZkaAttempt	a;
 	volatile bool granted;
+
+	check_scope_allowed(scope);
 
 	/* the wait events of this call (reset at the transaction's end) */
 	zks_set_activity(max_holders > 0 ? ZKS_ACTIVITY_SEMAPHORE :
@@ -253,6 +274,9 @@ zkl_acquire_many(const char *const *resources, const char *const *relpaths,
 	int			natts = 0;
 	volatile int nmade = 0;
 	volatile bool granted = true;
+
+	/* an empty array too: the call is refused, not its elements */
+	check_scope_allowed(scope);
 
 	zks_set_activity(ZKS_ACTIVITY_LOCK);	/* its wait events */
 

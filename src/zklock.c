@@ -38,6 +38,7 @@ bool		zklock_verify_at_commit = true;
 int			zklock_protocol = ZKR_PROTOCOL_CURATOR_RW;
 char	   *zklock_auth_file = NULL;
 int			zklock_reply_nudge_delay = 20;
+bool		zklock_session_locks = true;
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
@@ -269,6 +270,20 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_MS,
 							check_reply_nudge_delay, NULL, NULL);
+
+	/*
+	 * Superuser-only so that an administrator can turn session locks off
+	 * for the role or database a transaction-pooling connection pooler
+	 * logs in with, and its clients cannot turn them back on.
+	 */
+	DefineCustomBoolVariable("zklock.session_locks",
+							 "Allows session-level zklock locks and semaphores.",
+							 "Turn it off for the roles or databases reached through a transaction-pooling connection pooler: the server connection, and a session lock held on it, passes to other clients. Unlocking keeps working.",
+							 &zklock_session_locks,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("zklock");
 

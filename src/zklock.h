@@ -19,5 +19,6 @@ extern bool zklock_verify_at_commit;
 extern int	zklock_protocol;		/* a ZkrProtocol */
 extern char *zklock_auth_file;	/* names the credentials file (auth.c) */
 extern int	zklock_reply_nudge_delay;	/* ms; 0: off (session_nudge.c) */
+extern bool zklock_session_locks;	/* off: session scope refused (lockrequest.c) */
 
 #endif							/* ZKLOCK_H */

@@ -18,6 +18,8 @@ PACKAGES=(
     nftables iproute2                    # test_nemesis: network namespaces, links, cuts
     libclang-rt-14-dev                   # make fuzz: libFuzzer + clang's ASan runtime
     libasan8 libubsan1                   # make test SANITIZE=1: gcc's sanitizer runtimes
+    pgbouncer                            # test_pooler: started by the test itself,
+                                         # never as Debian's service (below)
 )
 
 installed() {
@@ -43,7 +45,46 @@ else
     exit 1
 fi
 
+# Debian's pgbouncer package starts a system-wide pgbouncer (port 6432)
+# and enables it at boot.  The tests run their own on free ports; a
+# service nobody configured must not be left running.  While installing,
+# a policy-rc.d (the Debian way to keep maintainer scripts from starting
+# services, honoured by invoke-rc.d and deb-systemd-invoke) refuses to
+# start it -- unless the machine has its own policy-rc.d, which is left
+# alone (containers usually have one that refuses every start).
+new_pgbouncer=false
+for p in "${missing[@]}"; do
+    [ "$p" = pgbouncer ] && new_pgbouncer=true
+done
+POLICY=/usr/sbin/policy-rc.d
+own_policy=false
+if $new_pgbouncer && [ ! -e "$POLICY" ]; then
+    trap '"${SUDO[@]}" rm -f "$POLICY"' EXIT
+    printf '#!/bin/sh\n# install-deps.sh: no pgbouncer service\n[ "$1" = pgbouncer ] && exit 101\nexit 0\n' |
+        "${SUDO[@]}" tee "$POLICY" >/dev/null
+    "${SUDO[@]}" chmod 755 "$POLICY"
+    own_policy=true
+fi
+
 echo "install-deps: installing ${missing[*]}"
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+if $own_policy; then
+    "${SUDO[@]}" rm -f "$POLICY"
+    trap - EXIT
+fi
+if $new_pgbouncer; then
+    # not at boot either; and stopped, should another policy have let
+    # the package start it
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        "${SUDO[@]}" systemctl disable --now pgbouncer.service pgbouncer.socket \
+            >/dev/null 2>&1 || true
+    else
+        # (where systemctl is installed, update-rc.d also drops the
+        # systemd unit's links, for a later boot with systemd)
+        "${SUDO[@]}" update-rc.d pgbouncer disable >/dev/null 2>&1 || true
+        "${SUDO[@]}" invoke-rc.d pgbouncer stop >/dev/null 2>&1 || true
+    fi
+fi

@@ -627,6 +627,7 @@ def test_settings_defaults(ctx):
         'zklock.protocol': 'curator-rw',
         'zklock.reply_nudge_delay': '20',
         'zklock.root': '/zklock',
+        'zklock.session_locks': 'on',
         'zklock.session_timeout': '10000',
         'zklock.verify_at_commit': 'on',
     }, got
