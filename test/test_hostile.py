@@ -605,6 +605,9 @@ def test_same_name_same_lock_across_encodings(ctx):
         utf.query('BEGIN')
         assert utf.scalar("SELECT zk_try_lock_exclusive('café')") is False
         latin.query('COMMIT')
+        # the release's delete is sent without waiting for its reply
+        harness.wait_until(lambda: ctx.kz.exists(node) is None, 10,
+                           'the LATIN1 backend\'s node released')
         assert utf.scalar("SELECT zk_try_lock_exclusive('café')") is True
         utf.query('COMMIT')
         latin.close()
