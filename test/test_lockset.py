@@ -570,6 +570,51 @@ def test_lost_multi_reply_and_lost_multi(ctx):
                        'all released after: %s' % how)
 
 
+def test_connection_lost_while_creating_parents(ctx):
+    """Through a proxy, names never used before (issue 31): the call sends
+    its lock parents' creates in front of its multis, and the connection
+    drops in the middle of them, either with the 20th parent's create
+    itself lost, or after the server made it with its reply lost.  The
+    call ends holding every lock with exactly one node each (the parents
+    made again or found), and COMMIT leaves nothing."""
+    from test_proxy import Scene
+    from zkproxy import OP_CREATE_CONTAINER
+    import zkproxy
+    for how in ('reply lost', 'request lost'):
+        res = names('set-lvl-%s-%d' % (how.split()[0],
+                                       int(time.time() * 1000) % 100000), 40)
+        with Scene(ctx, 'set-lvl-' + how.split()[0]) as sc:
+            b = sc.backend('set-lvl')
+            seen = []
+
+            def hook(req):
+                if req.op != OP_CREATE_CONTAINER:
+                    return None
+                seen.append(req)
+                if len(seen) != 20:
+                    return None
+                if how == 'reply lost':
+                    sc.proxy.on_reply(req.cid, req.xid, swallow=True, drop=True)
+                    return None
+                return zkproxy.Verdict(drop='before')
+            sc.proxy.hook = hook
+            b.query('BEGIN')
+            tokens = b.scalar("SELECT zk_lock_exclusive(%s::text[], "
+                              "'60 s')", [res], timeout=90)
+            sc.proxy.hook = None
+            assert len(seen) >= 20, 'only %d parent creates went through' % len(seen)
+            held = held_nodes(ctx, res)
+            assert sorted(held) == res and \
+                all(len(v) == 1 for v in held.values()), held
+            for r, t in zip(res, tokens):
+                [c] = ctx.zi.contenders(r)
+                assert c.stat.czxid == t, (r, c.stat.czxid, t)
+            assert b.scalar('SELECT reconnects FROM zk_status()') >= 1
+            b.query('COMMIT')
+            wait_until(lambda: not held_nodes(ctx, res), 30,
+                       'all released after: %s' % how)
+
+
 def test_parents_reaped_during_the_call(ctx, make_zk, make_pg):
     """The server reaps empty lock parents (CONTAINER nodes) while a
     3,000-lock call runs (a check every 200 ms, then one delete every
