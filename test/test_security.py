@@ -30,6 +30,18 @@ SECRET = 'Zk-s3cret-4f1c'
 AUTH = 'digest:jobs:' + SECRET
 
 
+def module_setup(ctx):
+    """The suite's root and the records' parent <root>/%waits exist with
+    an open ACL before this module's backends authenticate: made by one
+    of them, they would carry the jobs identity's ACL, and every later
+    backend of the suite, which has no credentials, could neither lock
+    under the root nor publish a wait record (its deadlock search would
+    then never run) until the server reaped them.  An operator sharing a
+    root between identities does the same (see README, Security)."""
+    ctx.kz.ensure_path(ctx.root)
+    ctx.kz.ensure_path(ctx.root + '/%waits')
+
+
 def auth_file(ctx, name, content, mode=0o600, owner_pg=True):
     """Write a credentials file owned by the postgres OS user."""
     d = os.path.join(ctx.workdir or '/tmp', 'auth')
