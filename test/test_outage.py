@@ -83,3 +83,57 @@ def test_unconfirmed_commit_names_the_outage(ctx):
     assert 'zk_status()' in hint and 'reachable' in hint, hint
     # the session expires on the server; its node goes with it
     ctx.zi.wait_contenders(res, 0, timeout=ctx.session_timeout + 10)
+
+
+def test_timeout_while_never_connected_says_unreachable(ctx):
+    """A call with a timeout and no server answering: 55P03 (the call's
+    time ran out) with a DETAIL that says ZooKeeper was unreachable and
+    names the hosts, unlike contention's."""
+    closed = harness.closed_port()
+    hosts = '127.0.0.1:%d' % closed
+    b = ctx.backend('outage-never')
+    b.query('SET zklock.hosts = %s', [hosts])
+    b.query("SET zklock.connect_timeout = '10s'")
+    e = expect_sqlstate(b.submit(LOCK_X, ['outage-never', '1 second']),
+                        '55P03', 15, 'call with a timeout, no server')
+    detail = e.diag.message_detail or ''
+    assert 'unreachable' in detail and hosts in detail, detail
+    assert 'expired while waiting' not in detail, detail
+    assert 'zk_status()' in (e.diag.message_hint or ''), e.diag.message_hint
+    b.query("SET lock_timeout = '1s'")
+    e = expect_sqlstate(b.submit('SELECT zk_lock_exclusive(%s)',
+                                 ['outage-never']),
+                        '55P03', 15, 'call under lock_timeout, no server')
+    detail = e.diag.message_detail or ''
+    assert 'lock_timeout' in detail and 'unreachable' in detail, detail
+
+
+def test_timeout_after_connection_lost_says_since_when(ctx):
+    """Waiting behind another client's lock when the connection goes: the
+    call's timeout then ends it with a DETAIL that says the ensemble has
+    been unreachable since when; contention alone keeps its own text."""
+    res = 'outage-wait-%s' % uuid.uuid4().hex[:8]
+    parent = ctx.zi.parent_path(res)
+    ctx.kz.ensure_path(parent)
+    holder = ctx.kz.create(parent + '/_c_%s-__WRIT__' % uuid.uuid4(),
+                           b'kazoo', ephemeral=True, sequence=True)
+    try:
+        with Cut(ctx, 'wait') as c:
+            b = c.backend('outage-wait')
+            # contention alone: the old text
+            e = expect_sqlstate(b.submit(LOCK_X, [res, '1 second']),
+                                '55P03', 10, 'contended call')
+            assert 'expired while waiting' in (e.diag.message_detail or ''), \
+                e.diag.message_detail
+            fut = b.submit(LOCK_X, [res, '3 seconds'])
+            time.sleep(1)
+            c.cut()
+            e = expect_sqlstate(fut, '55P03', 15, 'wait cut off')
+        detail = e.diag.message_detail or ''
+        assert 'unreachable' in detail and 'no connection since' in detail, \
+            detail
+        assert c.proxy.address in detail, detail
+    finally:
+        ctx.kz.delete(holder)
+        ctx.zi.wait_contenders(res, 0, timeout=ctx.session_timeout + 10)
+        ctx.kz.delete(parent)
