@@ -517,11 +517,27 @@ open_handle(void)
 	if (h == NULL)
 	{
 		char	   *hosts = pstrdup(zh_hosts);
+		char	   *unresolved = NULL;
 
 		free(zh_hosts);
 		zh_hosts = NULL;
 		zka_free(identity);
 		free(identity_file);
+
+		/*
+		 * A host that does not resolve fails the whole zookeeper_init with
+		 * ENOENT (EINVAL in some builds), which %m would render as "No
+		 * such file or directory": name the host instead.
+		 */
+		if (save_errno == ENOENT || save_errno == EINVAL)
+			unresolved = zks_unresolved_host(hosts);
+		if (unresolved != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+					 errmsg("could not start a ZooKeeper session with \"%s\"",
+							hosts),
+					 errdetail("Host \"%s\" could not be resolved.", unresolved),
+					 errhint("Check the host names in \"zklock.hosts\" and the name service of this host.")));
 		errno = save_errno;
 		ereport(ERROR,
 				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),

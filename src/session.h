@@ -84,6 +84,12 @@ extern bool zks_is_connected(void);
  */
 extern TimestampTz zks_unreachable_since(void);
 
+/* The chroot suffix of a connect string, or NULL (session_hosts.c). */
+extern const char *zks_hosts_chroot(const char *hosts);
+
+/* The first host of a connect string that does not resolve, or NULL. */
+extern char *zks_unresolved_host(const char *hosts);
+
 /* The connect string of the session (or of zklock.hosts, with none). */
 extern const char *zks_hosts(void);
 

@@ -137,3 +137,26 @@ def test_timeout_after_connection_lost_says_since_when(ctx):
         ctx.kz.delete(holder)
         ctx.zi.wait_contenders(res, 0, timeout=ctx.session_timeout + 10)
         ctx.kz.delete(parent)
+
+
+def test_unresolvable_host_is_named(ctx):
+    """A host that does not resolve: 08001, the DETAIL names it (not "No
+    such file or directory"), at once.  In a list with a host that does
+    resolve, libzookeeper leaves it out and the call goes on."""
+    b = ctx.backend('outage-dns')
+    b.query("SET zklock.hosts = 'no-such-host.invalid:2181'")
+    t0 = time.monotonic()
+    e = expect_sqlstate(b.submit(LOCK_X, ['outage-dns', '5 seconds']),
+                        '08001', 15, 'lock with an unresolvable host')
+    assert time.monotonic() - t0 < 5
+    assert 'No such file' not in str(e), str(e)
+    assert (e.diag.message_detail or '') == \
+        'Host "no-such-host.invalid" could not be resolved.', str(e)
+    assert 'zklock.hosts' in (e.diag.message_hint or ''), str(e)
+    b.query('SET zklock.hosts = %s',
+            ['%s,no-such-host.invalid:2181' % ctx.zk.host_port(1)])
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, ['outage-dns', '10 seconds']), 10)
+    b.query('COMMIT')
+    b.query('RESET zklock.hosts')
+    ctx.zi.wait_contenders('outage-dns', 0)
