@@ -26,6 +26,7 @@
 #include "callorder.h"
 #include "locktable.h"
 #include "recipe.h"
+#include "session.h"
 #include "zklock.h"
 
 PG_MODULE_MAGIC;
@@ -69,6 +70,22 @@ check_hosts(char **newval, void **extra, GucSource source)
 	if (*newval == NULL || (*newval)[0] == '\0')
 	{
 		GUC_check_errdetail("The connect string must name at least one server, as in \"host:port,host:port\".");
+		return false;
+	}
+
+	/*
+	 * A chroot suffix ("host:port/path") would make libzookeeper put every
+	 * path under it, while zk_lock_queue, the sweeps and the operator's
+	 * view of the nodes all assume zklock.root is the whole path: refuse
+	 * it rather than have lock parents fail with "node does not exist".
+	 * zklock.root does the same job.
+	 */
+	if (zks_hosts_chroot(*newval) != NULL)
+	{
+		GUC_check_errmsg("chroot paths are not supported in \"zklock.hosts\"");
+		GUC_check_errdetail("The connect string \"%s\" ends in the chroot path \"%s\".",
+							*newval, zks_hosts_chroot(*newval));
+		GUC_check_errhint("Remove the path from \"zklock.hosts\" and set \"zklock.root\" to a path under it instead.");
 		return false;
 	}
 	return true;

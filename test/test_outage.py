@@ -160,3 +160,24 @@ def test_unresolvable_host_is_named(ctx):
     b.query('COMMIT')
     b.query('RESET zklock.hosts')
     ctx.zi.wait_contenders('outage-dns', 0)
+
+
+def test_chroot_in_hosts_is_refused(ctx):
+    """A chroot path in zklock.hosts is refused when set (22023), with a
+    HINT to use zklock.root; a lone trailing slash is no chroot."""
+    b = ctx.backend('outage-chroot')
+    # the check runs once the library is loaded (before, zklock.hosts is
+    # PostgreSQL's placeholder, checked with a WARNING at load)
+    b.query('SELECT count(*) FROM zk_status()')
+    for hosts in ('127.0.0.1:2181/some/chroot',
+                  '127.0.0.1:2181,127.0.0.2:2181/x'):
+        e = expect_sqlstate(b.submit('SET zklock.hosts = %s', [hosts]),
+                            '22023', 10, 'SET zklock.hosts = %s' % hosts)
+        assert 'chroot' in str(e), str(e)
+        assert 'zklock.root' in (e.diag.message_hint or ''), str(e)
+    b.query('SET zklock.hosts = %s', [ctx.zk.host_port(1) + '/'])
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, ['outage-chroot', '10 seconds']), 10)
+    b.query('COMMIT')
+    b.query('RESET zklock.hosts')
+    ctx.zi.wait_contenders('outage-chroot', 0)
