@@ -25,6 +25,7 @@
 #include "auth.h"
 #include "callorder.h"
 #include "locktable.h"
+#include "lookonly.h"
 #include "recipe.h"
 #include "session.h"
 #include "zklock.h"
@@ -42,6 +43,7 @@ int			zklock_reply_nudge_delay = 20;
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
+static ExecutorStart_hook_type prev_executor_start = NULL;
 
 /* 0 (off), or at least 10 ms: a server is never sent a stream of reads */
 static bool
@@ -163,6 +165,8 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 {
 	Node	   *parsetree = pstmt->utilityStmt;
 
+	zko_utility(parsetree);
+
 	/*
 	 * Before COMMIT or PREPARE TRANSACTION of a transaction block: put our
 	 * transaction callback in front (callorder.c).  This statement only
@@ -190,6 +194,21 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 	 * (IMPORT FOREIGN SCHEMA, say), also from a trigger at COMMIT.
 	 */
 	zkl_callbacks_first();
+}
+
+/*
+ * Before each statement: does this transaction still only look at
+ * zklock's state (lookonly.c)?
+ */
+static void
+zklock_executor_start(QueryDesc *queryDesc, int eflags)
+{
+	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY))
+		zko_statement(queryDesc->plannedstmt);
+	if (prev_executor_start)
+		prev_executor_start(queryDesc, eflags);
+	else
+		standard_ExecutorStart(queryDesc, eflags);
 }
 
 /*
@@ -293,6 +312,8 @@ _PG_init(void)
 
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = zklock_process_utility;
+	prev_executor_start = ExecutorStart_hook;
+	ExecutorStart_hook = zklock_executor_start;
 	prev_executor_end = ExecutorEnd_hook;
 	ExecutorEnd_hook = zklock_executor_end;
 }

@@ -181,3 +181,75 @@ def test_chroot_in_hosts_is_refused(ctx):
     b.query('COMMIT')
     b.query('RESET zklock.hosts')
     ctx.zi.wait_contenders('outage-chroot', 0)
+
+
+def test_lost_session_lock_can_be_looked_at(ctx):
+    """A session-level lock whose node was deleted: zk_locks (state lost)
+    and zk_status() are readable in autocommit, again and again, while an
+    autocommit INSERT, a transaction that wrote and a transaction that
+    called a volatile function besides still fail with 40001."""
+    res = 'outage-look-%s' % uuid.uuid4().hex[:8]
+    a = ctx.admin
+    a.query('DROP TABLE IF EXISTS outage_rows')
+    a.query('CREATE TABLE outage_rows (x int)')
+    h = ctx.backend('outage-look')
+    token_of(h.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 10)
+    [node] = ctx.zi.wait_contenders(res, 1)
+    ctx.kz.delete(node.path)
+    for _ in (1, 2):
+        rows = h.query('SELECT resource, state, scope FROM zk_locks')
+        assert rows == [(res, 'lost', 'session')], rows
+        st = h.query('SELECT state, locks_held, lost_locks FROM zk_status()')
+        assert st[0][0] == 'connected', st
+        assert h.query('SELECT count(*) FROM zk_locks() '
+                       "WHERE state = 'lost'") == [(1,)]
+    # what could have done something under the lock still fails
+    expect_sqlstate(h.submit('INSERT INTO outage_rows VALUES (1)'),
+                    '40001', 10, 'autocommit INSERT')
+    h.query('BEGIN')
+    h.query('SELECT * FROM zk_locks')
+    h.query('INSERT INTO outage_rows VALUES (2)')
+    expect_sqlstate(h.submit('COMMIT'), '40001', 10, 'COMMIT after INSERT')
+    expect_sqlstate(h.submit('SELECT *, random() FROM zk_locks'),
+                    '40001', 10, 'a volatile function besides')
+    expect_sqlstate(h.submit('SELECT * FROM zk_locks, outage_rows'),
+                    '40001', 10, 'a table besides')
+    h.query('BEGIN')
+    h.query('SELECT * FROM zk_status()')
+    h.query('SELECT 1')
+    expect_sqlstate(h.submit('COMMIT'), '40001', 10,
+                    'a transaction that did more than look')
+    assert a.scalar('SELECT count(*) FROM outage_rows') == 0
+    h.query('SELECT zk_unlock_all()')
+    h.query('INSERT INTO outage_rows VALUES (3)')
+    assert a.scalar('SELECT count(*) FROM outage_rows') == 1
+    a.query('DROP TABLE outage_rows')
+
+
+def test_locks_readable_during_outage(ctx):
+    """ZooKeeper unreachable while a session-level lock is held: zk_locks
+    and zk_status() answer in autocommit at once (no commit check to wait
+    for), while an autocommit INSERT fails closed with 40001."""
+    res = 'outage-read-%s' % uuid.uuid4().hex[:8]
+    a = ctx.admin
+    a.query('DROP TABLE IF EXISTS outage_read')
+    a.query('CREATE TABLE outage_read (x int)')
+    with Cut(ctx, 'read') as c:
+        b = c.backend('outage-read')
+        token_of(b.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 10)
+        c.cut()
+        t0 = time.monotonic()
+        rows = b.query('SELECT resource, scope FROM zk_locks')
+        st = b.query('SELECT state FROM zk_status()')
+        took = time.monotonic() - t0
+        assert rows == [(res, 'session')], rows
+        assert st == [('connecting',)], st
+        assert took < ctx.session_timeout / 2, \
+            'looking took %.1f s during the outage' % took
+        e = expect_sqlstate(b.submit('INSERT INTO outage_read VALUES (1)'),
+                            '40001', ctx.session_timeout + 15,
+                            'autocommit INSERT during the outage')
+        assert_no_verify_off_hint(e)
+    assert a.scalar('SELECT count(*) FROM outage_read') == 0
+    a.query('DROP TABLE outage_read')
+    ctx.zi.wait_contenders(res, 0, timeout=ctx.session_timeout + 10)
