@@ -4,9 +4,10 @@
  *	  The connect string of zklock.hosts: the chroot suffix zklock
  *	  refuses, and the name of a host that does not resolve.
  *
- * libzookeeper resolves every host of the connect string inside
- * zookeeper_init and fails as a whole if one does not resolve, reporting
- * only errno ENOENT ("No such file or directory").  After such a failure
+ * libzookeeper resolves the hosts of the connect string inside
+ * zookeeper_init, leaves out those that do not resolve, and fails when
+ * none is left, reporting only errno ENOENT ("No such file or
+ * directory").  After such a failure
  * the hosts are resolved here, one at a time, to name the culprit.  This
  * runs only on that error path, on the backend's own thread, and once per
  * host: a slow resolver is the operating system's business, and nothing
