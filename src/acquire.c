@@ -94,9 +94,34 @@ zka_owner_line(void)
 	return cached;
 }
 
+/*
+ * ERROR 55P03: the call's own time (its timeout, or lock_timeout) ran
+ * out.  It stays 55P03 when ZooKeeper was unreachable meanwhile, as for
+ * any lock PostgreSQL could not grant in time, but the DETAIL then says
+ * so, with the hosts and since when: an outage must not read like
+ * contention, and retrying at once would not help.
+ */
 void
 zka_timeout_error(ZkaAttempt *a)
 {
+	TimestampTz since = zks_unreachable_since();
+	long long	for_ms;
+
+	if (since == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 a->msg_mode == ZKR_MODE_SEMAPHORE ?
+				 errmsg("could not obtain a lease of zklock semaphore \"%s\"",
+						a->resource) :
+				 errmsg("could not obtain %s zklock on \"%s\"",
+						zkr_mode_name(a->msg_mode), a->resource),
+				 a->by_lock_timeout ?
+				 errdetail("\"lock_timeout\" (%lld ms) expired while waiting.",
+						   (long long) a->deadline_ms) :
+				 errdetail("The timeout of %lld ms given to the call expired while waiting.",
+						   (long long) a->deadline_ms)));
+
+	for_ms = (long long) ((GetCurrentTimestamp() - since) / 1000);
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 a->msg_mode == ZKR_MODE_SEMAPHORE ?
@@ -105,10 +130,13 @@ zka_timeout_error(ZkaAttempt *a)
 			 errmsg("could not obtain %s zklock on \"%s\"",
 					zkr_mode_name(a->msg_mode), a->resource),
 			 a->by_lock_timeout ?
-			 errdetail("\"lock_timeout\" (%lld ms) expired while waiting.",
-					   (long long) a->deadline_ms) :
-			 errdetail("The timeout of %lld ms given to the call expired while waiting.",
-					   (long long) a->deadline_ms)));
+			 errdetail("\"lock_timeout\" (%lld ms) expired while ZooKeeper ensemble \"%s\" was unreachable: no connection since %s (%lld ms).",
+					   (long long) a->deadline_ms, zks_hosts(),
+					   timestamptz_to_str(since), for_ms) :
+			 errdetail("The timeout of %lld ms given to the call expired while ZooKeeper ensemble \"%s\" was unreachable: no connection since %s (%lld ms).",
+					   (long long) a->deadline_ms, zks_hosts(),
+					   timestamptz_to_str(since), for_ms),
+			 errhint("Check that the ZooKeeper servers are up and reachable from this host; zk_status() shows the state of the connection.")));
 }
 
 /*
@@ -169,17 +197,22 @@ zka_await_reconnect(ZkaAttempt *a)
 	TimestampTz limit = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													zklock_connect_timeout);
 	bool		lock_deadline_first = (a->deadline != 0 && a->deadline <= limit);
+	TimestampTz since;
 
 	if (zks_reconnect_wait(lock_deadline_first ? a->deadline : limit))
 		return;
 	if (lock_deadline_first)
 		zka_timeout_error(a);
+	since = zks_unreachable_since();
+	if (since == 0)
+		since = GetCurrentTimestamp();	/* connected again meanwhile */
 	ereport(ERROR,
 			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 			 errmsg("lost connection to ZooKeeper ensemble \"%s\" while locking \"%s\"",
-					zklock_hosts, a->resource),
-			 errdetail("No server answered within \"zklock.connect_timeout\" (%d ms).",
-					   zklock_connect_timeout)));
+					zks_hosts(), a->resource),
+			 errdetail("No server answered within \"zklock.connect_timeout\" (%d ms); no connection since %s.",
+					   zklock_connect_timeout, timestamptz_to_str(since)),
+			 errhint("Check that the ZooKeeper servers are up and reachable from this host; zk_status() shows the state of the connection.")));
 }
 
 /* Wait for a reply; a deadline that passes first ends the attempt. */

@@ -17,6 +17,8 @@
  */
 #include "postgres.h"
 
+#include "utils/timestamp.h"
+
 #include "commitcheck.h"
 #include "zklock.h"
 
@@ -334,19 +336,35 @@ zkc_confirm(ZkcNode *nodes, int n, TimestampTz deadline,
 }
 
 
+/*
+ * ERROR 40001: the check could not be completed.  The HINT names the safe
+ * way out -- run the transaction again once ZooKeeper answers -- and not
+ * zklock.verify_at_commit: turning the check off in the middle of an
+ * outage is exactly when a lost lock would commit.
+ */
 void
 zkc_unconfirmed_error(ZksRc rc)
 {
+	TimestampTz since = zks_unreachable_since();
+
+	if (rc == ZKS_TIMEDOUT && since != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not confirm zklock locks with ZooKeeper before commit"),
+				 errdetail("ZooKeeper ensemble \"%s\" did not confirm the locks within the session timeout (%d ms): no connection since %s. The locks may be lost.",
+						   zks_hosts(), zks_negotiated_timeout(),
+						   timestamptz_to_str(since)),
+				 errhint("Retry the transaction once ZooKeeper is reachable; zk_status() shows the state of the connection.")));
 	if (rc == ZKS_TIMEDOUT)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not confirm zklock locks with ZooKeeper before commit"),
 				 errdetail("No server of \"%s\" answered within the session timeout (%d ms); the locks may be lost.",
-						   zklock_hosts, zks_negotiated_timeout()),
-				 errhint("Set \"zklock.verify_at_commit\" to off to commit without this check.")));
+						   zks_hosts(), zks_negotiated_timeout()),
+				 errhint("Retry the transaction once ZooKeeper is reachable; zk_status() shows the state of the connection.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 			 errmsg("could not confirm zklock locks with ZooKeeper before commit"),
 			 zks_errdetail(rc),
-			 errhint("Set \"zklock.verify_at_commit\" to off to commit without this check.")));
+			 errhint("Retry the transaction; if this keeps happening, check the ZooKeeper servers' logs and zk_status().")));
 }

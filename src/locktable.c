@@ -46,6 +46,7 @@
 #include "commitcheck.h"
 #include "locktable.h"
 #include "locktable_int.h"
+#include "lookonly.h"
 #include "session.h"
 #include "zklock.h"
 
@@ -67,6 +68,23 @@ static bool
 have_locks(void)
 {
 	return lock_table != NULL && hash_get_num_entries(lock_table) > 0;
+}
+
+/* Does any lock have a transaction-level hold? */
+static bool
+have_xact_holds(void)
+{
+	HASH_SEQ_STATUS status;
+	ZklLock    *lock;
+
+	hash_seq_init(&status, lock_table);
+	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+		if (lock->xact_count > 0)
+		{
+			hash_seq_term(&status);
+			return true;
+		}
+	return false;
 }
 
 static void
@@ -363,6 +381,18 @@ zkl_pre_commit_checks(XactEvent event)
 
 	if (!have_locks())
 		return;
+
+	/*
+	 * A transaction that only looked at zklock's state (zk_locks,
+	 * zk_status(), zk_lock_queue) and has no transaction id committed
+	 * nothing that a lock protects, so a DBA can look at a lost lock in
+	 * autocommit; every other commit is checked, read-only ones too
+	 * (lookonly.c says why).  It took no lock either, unless by a
+	 * fast-path function call: then it is checked.
+	 */
+	if (event == XACT_EVENT_PRE_COMMIT && zko_only_looked() &&
+		!have_xact_holds())
+		return;
 	if (event == XACT_EVENT_PRE_PREPARE)
 	{
 		hash_seq_init(&status, lock_table);
@@ -405,6 +435,7 @@ zkl_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PREPARE:
 			/* whatever a call of this transaction was doing, it is over */
 			zks_set_activity(ZKS_ACTIVITY_NONE);
+			zko_xact_end();
 			zkl_order_xact_end();
 			if (have_locks())
 				release_xact_holds();

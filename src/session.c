@@ -68,6 +68,15 @@ static uint64 watch_counter = 0;	/* watch events seen */
 static uint64 reconnects = 0;	/* connections re-established */
 static bool ever_connected = false;	/* a CONNECTED event was seen */
 
+/*
+ * When the handle last had no connection to any server (the handle was
+ * made, or a CONNECTED state ended): an error raised during an outage
+ * says since when, so that a DBA can tell an outage from contention.
+ * Set by the watcher with the C library's clock (nothing of PostgreSQL
+ * on that thread); zero tv_sec while connected.
+ */
+static struct timespec unreachable_at = {0, 0};
+
 static int	auth_result = -1;	/* zoo_add_auth reply; -1 while awaited */
 
 /* Backend-only state. */
@@ -89,6 +98,12 @@ static struct ACL auth_acl_entries[2];
 static struct ACL_vector auth_acl = {0, auth_acl_entries};
 static bool zh_had_session = false;
 static bool shutdown_registered = false;
+
+/*
+ * Since when a handle that never connected was trying, kept after
+ * zks_connect closed it (the caller reports its own timeout next).
+ */
+static TimestampTz gave_up_since = 0;
 
 static void forget_auth(void);
 
@@ -118,6 +133,10 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 		zk_state = state;
 		state_counter++;
 		zkw_session_event_locked();
+		if (state == ZOO_CONNECTED_STATE)
+			unreachable_at.tv_sec = 0;
+		else if (unreachable_at.tv_sec == 0)
+			(void) clock_gettime(CLOCK_REALTIME, &unreachable_at);
 		if (state == ZOO_CONNECTED_STATE)
 		{
 			zkn_connected();
@@ -246,6 +265,7 @@ close_handle(void)
 	zh = NULL;
 	zh_closing = false;
 	zk_state = 0;
+	unreachable_at.tv_sec = 0;
 	state_counter++;
 	zkt_free_all_tasks_locked();
 	zksr_free_abandoned_locked();
@@ -426,6 +446,7 @@ open_handle(void)
 		before_shmem_exit(zks_shutdown, (Datum) 0);
 		shutdown_registered = true;
 	}
+	gave_up_since = 0;
 	/* may raise ERROR: nothing is changed before it */
 	check_threads_available();
 	identity = zka_read_identity(zklock_auth_file);
@@ -465,6 +486,7 @@ open_handle(void)
 
 	pthread_mutex_lock(&zks_mutex);
 	zk_state = ZOO_CONNECTING_STATE;
+	(void) clock_gettime(CLOCK_REALTIME, &unreachable_at);
 	state_counter++;
 	pthread_mutex_unlock(&zks_mutex);
 
@@ -495,11 +517,27 @@ open_handle(void)
 	if (h == NULL)
 	{
 		char	   *hosts = pstrdup(zh_hosts);
+		char	   *unresolved = NULL;
 
 		free(zh_hosts);
 		zh_hosts = NULL;
 		zka_free(identity);
 		free(identity_file);
+
+		/*
+		 * A host that does not resolve fails the whole zookeeper_init with
+		 * ENOENT (EINVAL in some builds), which %m would render as "No
+		 * such file or directory": name the host instead.
+		 */
+		if (save_errno == ENOENT || save_errno == EINVAL)
+			unresolved = zks_unresolved_host(hosts);
+		if (unresolved != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+					 errmsg("could not start a ZooKeeper session with \"%s\"",
+							hosts),
+					 errdetail("Host \"%s\" could not be resolved.", unresolved),
+					 errhint("Check the host names in \"zklock.hosts\" and the name service of this host.")));
 		errno = save_errno;
 		ereport(ERROR,
 				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
@@ -767,10 +805,14 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 	if (!zks_reconnect_wait(deadline))
 	{
 		char	   *hosts = pstrdup(zh_hosts);
+		TimestampTz since = zks_unreachable_since();
 
 		/* never connected: do not leave threads retrying in the background */
 		if (!zh_had_session)
+		{
 			close_handle();
+			gave_up_since = since;
+		}
 		if (limited)
 			return false;
 		ereport(ERROR,
@@ -822,6 +864,29 @@ zks_wait_event(ZksEventMark seen, TimestampTz deadline)
 			return false;
 		zks_sleep_on_latch(deadline, ZKS_WAIT_NOTIFICATION);
 	}
+}
+
+TimestampTz
+zks_unreachable_since(void)
+{
+	struct timespec at;
+	int			st;
+
+	if (zh == NULL)
+		return gave_up_since;
+	pthread_mutex_lock(&zks_mutex);
+	at = unreachable_at;
+	st = zk_state;
+	pthread_mutex_unlock(&zks_mutex);
+	if (st == ZOO_CONNECTED_STATE || at.tv_sec == 0)
+		return 0;
+	return time_t_to_timestamptz(at.tv_sec) + at.tv_nsec / 1000;
+}
+
+const char *
+zks_hosts(void)
+{
+	return zh_hosts != NULL ? zh_hosts : zklock_hosts;
 }
 
 bool

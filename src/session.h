@@ -76,6 +76,23 @@ extern bool zks_reconnect_wait(TimestampTz deadline);
 extern ZksRc zks_await_connection(TimestampTz deadline);
 extern bool zks_is_connected(void);
 
+/*
+ * Since when the session has had no connection to any server (the
+ * handle was made, or its connection ended), or 0 while connected or
+ * with no handle.  Right after zks_connect gave up on a handle that
+ * never connected, the time that handle was made.
+ */
+extern TimestampTz zks_unreachable_since(void);
+
+/* The chroot suffix of a connect string, or NULL (session_hosts.c). */
+extern const char *zks_hosts_chroot(const char *hosts);
+
+/* The first host of a connect string that does not resolve, or NULL. */
+extern char *zks_unresolved_host(const char *hosts);
+
+/* The connect string of the session (or of zklock.hosts, with none). */
+extern const char *zks_hosts(void);
+
 /* Requests; the returned object belongs to the caller until zks_done(). */
 extern ZksRequest *zks_send_create(const char *path, const char *data,
 								   int datalen, ZksCreateMode mode);

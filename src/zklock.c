@@ -25,7 +25,9 @@
 #include "auth.h"
 #include "callorder.h"
 #include "locktable.h"
+#include "lookonly.h"
 #include "recipe.h"
+#include "session.h"
 #include "zklock.h"
 
 PG_MODULE_MAGIC;
@@ -42,6 +44,7 @@ bool		zklock_session_locks = true;
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
+static ExecutorStart_hook_type prev_executor_start = NULL;
 
 /* 0 (off), or at least 10 ms: a server is never sent a stream of reads */
 static bool
@@ -70,6 +73,22 @@ check_hosts(char **newval, void **extra, GucSource source)
 	if (*newval == NULL || (*newval)[0] == '\0')
 	{
 		GUC_check_errdetail("The connect string must name at least one server, as in \"host:port,host:port\".");
+		return false;
+	}
+
+	/*
+	 * A chroot suffix ("host:port/path") would make libzookeeper put every
+	 * path under it, while zk_lock_queue, the sweeps and the operator's
+	 * view of the nodes all assume zklock.root is the whole path: refuse
+	 * it rather than have lock parents fail with "node does not exist".
+	 * zklock.root does the same job.
+	 */
+	if (zks_hosts_chroot(*newval) != NULL)
+	{
+		GUC_check_errmsg("chroot paths are not supported in \"zklock.hosts\"");
+		GUC_check_errdetail("The connect string \"%s\" ends in the chroot path \"%s\".",
+							*newval, zks_hosts_chroot(*newval));
+		GUC_check_errhint("Remove the path from \"zklock.hosts\" and set \"zklock.root\" to a path under it instead.");
 		return false;
 	}
 	return true;
@@ -147,6 +166,8 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 {
 	Node	   *parsetree = pstmt->utilityStmt;
 
+	zko_utility(parsetree);
+
 	/*
 	 * Before COMMIT or PREPARE TRANSACTION of a transaction block: put our
 	 * transaction callback in front (callorder.c).  This statement only
@@ -174,6 +195,21 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 	 * (IMPORT FOREIGN SCHEMA, say), also from a trigger at COMMIT.
 	 */
 	zkl_callbacks_first();
+}
+
+/*
+ * Before each statement: does this transaction still only look at
+ * zklock's state (lookonly.c)?
+ */
+static void
+zklock_executor_start(QueryDesc *queryDesc, int eflags)
+{
+	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY))
+		zko_statement(queryDesc->plannedstmt);
+	if (prev_executor_start)
+		prev_executor_start(queryDesc, eflags);
+	else
+		standard_ExecutorStart(queryDesc, eflags);
 }
 
 /*
@@ -291,6 +327,8 @@ _PG_init(void)
 
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = zklock_process_utility;
+	prev_executor_start = ExecutorStart_hook;
+	ExecutorStart_hook = zklock_executor_start;
 	prev_executor_end = ExecutorEnd_hook;
 	ExecutorEnd_hook = zklock_executor_end;
 }

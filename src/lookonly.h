@@ -1,0 +1,32 @@
+/*-------------------------------------------------------------------------
+ *
+ * lookonly.h
+ *	  Which transactions did nothing but look at zklock's own state
+ *	  (see lookonly.c).
+ *
+ * src/lookonly.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_LOOKONLY_H
+#define ZKLOCK_LOOKONLY_H
+
+#include "nodes/plannodes.h"
+
+/* Before the executor runs a statement (ExecutorStart hook). */
+extern void zko_statement(PlannedStmt *stmt);
+
+/* Before a utility statement runs (ProcessUtility hook). */
+extern void zko_utility(Node *parsetree);
+
+/*
+ * True if every statement of the current transaction only read zklock's
+ * state (zk_locks, zk_status, zk_lock_queue) and the transaction has no
+ * transaction id: its commit cannot carry anything done under a lock.
+ */
+extern bool zko_only_looked(void);
+
+/* At the end of every transaction. */
+extern void zko_xact_end(void);
+
+#endif							/* ZKLOCK_LOOKONLY_H */

@@ -1,0 +1,89 @@
+/*-------------------------------------------------------------------------
+ *
+ * session_hosts.c
+ *	  The connect string of zklock.hosts: the chroot suffix zklock
+ *	  refuses, and the name of a host that does not resolve.
+ *
+ * libzookeeper resolves the hosts of the connect string inside
+ * zookeeper_init, leaves out those that do not resolve, and fails when
+ * none is left, reporting only errno ENOENT ("No such file or
+ * directory").  After such a failure
+ * the hosts are resolved here, one at a time, to name the culprit.  This
+ * runs only on that error path, on the backend's own thread, and once per
+ * host: a slow resolver is the operating system's business, and nothing
+ * is retried.
+ *
+ * src/session_hosts.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include "session.h"
+
+/*
+ * The chroot suffix of a connect string ("host:port/some/path"), or NULL.
+ * As for libzookeeper, it starts at the first '/', and a lone "/" is no
+ * chroot at all.
+ */
+const char *
+zks_hosts_chroot(const char *hosts)
+{
+	const char *slash = strchr(hosts, '/');
+
+	if (slash == NULL || slash[1] == '\0')
+		return NULL;
+	return slash;
+}
+
+/*
+ * The first host of the connect string that does not resolve (palloc'd),
+ * or NULL if every one does.  Entries are "host:port" or "[v6addr]:port",
+ * separated by commas, as libzookeeper reads them.
+ */
+char *
+zks_unresolved_host(const char *hosts)
+{
+	char	   *list = pstrdup(hosts);
+	char	   *chroot = strchr(list, '/');
+	char	   *save = NULL;
+	char	   *entry;
+	char	   *result = NULL;
+
+	if (chroot != NULL)
+		*chroot = '\0';
+	for (entry = strtok_r(list, ",", &save); entry != NULL && result == NULL;
+		 entry = strtok_r(NULL, ",", &save))
+	{
+		char	   *host = entry;
+		char	   *port = strrchr(entry, ':');
+		struct addrinfo hints;
+		struct addrinfo *res = NULL;
+		int			rc;
+
+		while (*host == ' ')
+			host++;
+		if (port == NULL || port < host)
+			continue;			/* libzookeeper's own error will do */
+		*port++ = '\0';
+		if (host[0] == '[' && host[strlen(host) - 1] == ']')
+		{
+			host[strlen(host) - 1] = '\0';
+			host++;
+		}
+		memset(&hints, 0, sizeof(hints));
+		hints.ai_family = AF_UNSPEC;
+		hints.ai_socktype = SOCK_STREAM;
+		hints.ai_protocol = IPPROTO_TCP;
+		rc = getaddrinfo(host, port, &hints, &res);
+		if (rc == 0)
+			freeaddrinfo(res);
+		else if (rc != EAI_MEMORY && rc != EAI_SYSTEM)
+			result = pstrdup(host);
+	}
+	pfree(list);
+	return result;
+}

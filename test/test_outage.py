@@ -1,0 +1,255 @@
+"""
+Errors during a ZooKeeper outage name the cause and a safe action
+(issue 29, point 3), and a DBA can always look at the backend's locks.
+
+  * a commit check that ZooKeeper did not answer fails with 40001 saying
+    since when the connection is gone, and suggests retrying once
+    ZooKeeper is reachable, never turning zklock.verify_at_commit off;
+  * a call whose timeout ran out while ZooKeeper was unreachable (never
+    connected, or the connection lost during the wait) says so, naming
+    the hosts, instead of the contention text;
+  * a host of zklock.hosts that does not resolve is named (08001);
+  * a chroot path in zklock.hosts is refused at SET (22023), pointing
+    to zklock.root;
+  * after a session-level lock is lost, zk_locks and zk_status() are
+    readable in autocommit (the lock shown lost), while a transaction
+    that wrote under the lost lock still fails with 40001.
+
+The outages are played with a proxy (test/lib/zkproxy.py) between one
+backend and the suite's ZooKeeper: stopping it cuts the backend off
+(reconnects are refused) while the rest of the suite goes on.
+"""
+
+import time
+import uuid
+
+import zkproxy
+import harness
+from test_multisession import LOCK_X, expect_sqlstate, token_of
+
+TIMEOUT = 120
+
+
+class Cut:
+    """A proxy to the suite's ZooKeeper for one backend; stop() is the
+    outage.  Always stopped at exit."""
+
+    def __init__(self, ctx, name):
+        self.ctx = ctx
+        self.proxy = zkproxy.ZkProxy(ctx.zk.host_port(1),
+                                     name='zkproxy-' + name)
+
+    def __enter__(self):
+        self.proxy.start()
+        return self
+
+    def backend(self, name):
+        b = self.ctx.backend(name)
+        b.query('SET zklock.hosts = %s', [self.proxy.address])
+        return b
+
+    def cut(self):
+        self.proxy.stop()
+
+    def __exit__(self, *exc):
+        self.proxy.stop()
+        return False
+
+
+def assert_no_verify_off_hint(e):
+    text = '%s %s' % (e.diag.message_hint or '', e.diag.message_detail or '')
+    assert 'verify_at_commit' not in text, \
+        'the error suggests turning the check off: %r' % text
+
+
+def test_unconfirmed_commit_names_the_outage(ctx):
+    """ZooKeeper unreachable at COMMIT: 40001, the DETAIL says since when
+    the connection is lost and for how long the check waited, the HINT
+    says to retry once ZooKeeper is reachable and to look at
+    zk_status(), not to turn zklock.verify_at_commit off."""
+    res = 'outage-commit-%s' % uuid.uuid4().hex[:8]
+    with Cut(ctx, 'commit') as c:
+        b = c.backend('outage-commit')
+        b.query('BEGIN')
+        token_of(b.submit(LOCK_X, [res, '10 seconds']), 10)
+        c.cut()
+        e = expect_sqlstate(b.submit('COMMIT'), '40001',
+                            ctx.session_timeout + 15, 'COMMIT cut off')
+    detail = e.diag.message_detail or ''
+    hint = e.diag.message_hint or ''
+    assert_no_verify_off_hint(e)
+    assert 'could not confirm' in (e.diag.message_primary or ''), str(e)
+    assert 'since' in detail and c.proxy.address in detail, detail
+    assert 'zk_status()' in hint and 'reachable' in hint, hint
+    # the session expires on the server; its node goes with it
+    ctx.zi.wait_contenders(res, 0, timeout=ctx.session_timeout + 10)
+
+
+def test_timeout_while_never_connected_says_unreachable(ctx):
+    """A call with a timeout and no server answering: 55P03 (the call's
+    time ran out) with a DETAIL that says ZooKeeper was unreachable and
+    names the hosts, unlike contention's."""
+    closed = harness.closed_port()
+    hosts = '127.0.0.1:%d' % closed
+    b = ctx.backend('outage-never')
+    b.query('SET zklock.hosts = %s', [hosts])
+    b.query("SET zklock.connect_timeout = '10s'")
+    e = expect_sqlstate(b.submit(LOCK_X, ['outage-never', '1 second']),
+                        '55P03', 15, 'call with a timeout, no server')
+    detail = e.diag.message_detail or ''
+    assert 'unreachable' in detail and hosts in detail, detail
+    assert 'expired while waiting' not in detail, detail
+    assert 'zk_status()' in (e.diag.message_hint or ''), e.diag.message_hint
+    b.query("SET lock_timeout = '1s'")
+    e = expect_sqlstate(b.submit('SELECT zk_lock_exclusive(%s)',
+                                 ['outage-never']),
+                        '55P03', 15, 'call under lock_timeout, no server')
+    detail = e.diag.message_detail or ''
+    assert 'lock_timeout' in detail and 'unreachable' in detail, detail
+
+
+def test_timeout_after_connection_lost_says_since_when(ctx):
+    """Waiting behind another client's lock when the connection goes: the
+    call's timeout then ends it with a DETAIL that says the ensemble has
+    been unreachable since when; contention alone keeps its own text."""
+    res = 'outage-wait-%s' % uuid.uuid4().hex[:8]
+    parent = ctx.zi.parent_path(res)
+    ctx.kz.ensure_path(parent)
+    holder = ctx.kz.create(parent + '/_c_%s-__WRIT__' % uuid.uuid4(),
+                           b'kazoo', ephemeral=True, sequence=True)
+    try:
+        with Cut(ctx, 'wait') as c:
+            b = c.backend('outage-wait')
+            # contention alone: the old text
+            e = expect_sqlstate(b.submit(LOCK_X, [res, '1 second']),
+                                '55P03', 10, 'contended call')
+            assert 'expired while waiting' in (e.diag.message_detail or ''), \
+                e.diag.message_detail
+            fut = b.submit(LOCK_X, [res, '3 seconds'])
+            time.sleep(1)
+            c.cut()
+            e = expect_sqlstate(fut, '55P03', 15, 'wait cut off')
+        detail = e.diag.message_detail or ''
+        assert 'unreachable' in detail and 'no connection since' in detail, \
+            detail
+        assert c.proxy.address in detail, detail
+    finally:
+        ctx.kz.delete(holder)
+        ctx.zi.wait_contenders(res, 0, timeout=ctx.session_timeout + 10)
+        ctx.kz.delete(parent)
+
+
+def test_unresolvable_host_is_named(ctx):
+    """A host that does not resolve: 08001, the DETAIL names it (not "No
+    such file or directory"), at once.  In a list with a host that does
+    resolve, libzookeeper leaves it out and the call goes on."""
+    b = ctx.backend('outage-dns')
+    b.query("SET zklock.hosts = 'no-such-host.invalid:2181'")
+    t0 = time.monotonic()
+    e = expect_sqlstate(b.submit(LOCK_X, ['outage-dns', '5 seconds']),
+                        '08001', 15, 'lock with an unresolvable host')
+    assert time.monotonic() - t0 < 5
+    assert 'No such file' not in str(e), str(e)
+    assert (e.diag.message_detail or '') == \
+        'Host "no-such-host.invalid" could not be resolved.', str(e)
+    assert 'zklock.hosts' in (e.diag.message_hint or ''), str(e)
+    b.query('SET zklock.hosts = %s',
+            ['%s,no-such-host.invalid:2181' % ctx.zk.host_port(1)])
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, ['outage-dns', '10 seconds']), 10)
+    b.query('COMMIT')
+    b.query('RESET zklock.hosts')
+    ctx.zi.wait_contenders('outage-dns', 0)
+
+
+def test_chroot_in_hosts_is_refused(ctx):
+    """A chroot path in zklock.hosts is refused when set (22023), with a
+    HINT to use zklock.root; a lone trailing slash is no chroot."""
+    b = ctx.backend('outage-chroot')
+    # the check runs once the library is loaded (before, zklock.hosts is
+    # PostgreSQL's placeholder, checked with a WARNING at load)
+    b.query('SELECT count(*) FROM zk_status()')
+    for hosts in ('127.0.0.1:2181/some/chroot',
+                  '127.0.0.1:2181,127.0.0.2:2181/x'):
+        e = expect_sqlstate(b.submit('SET zklock.hosts = %s', [hosts]),
+                            '22023', 10, 'SET zklock.hosts = %s' % hosts)
+        assert 'chroot' in str(e), str(e)
+        assert 'zklock.root' in (e.diag.message_hint or ''), str(e)
+    b.query('SET zklock.hosts = %s', [ctx.zk.host_port(1) + '/'])
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, ['outage-chroot', '10 seconds']), 10)
+    b.query('COMMIT')
+    b.query('RESET zklock.hosts')
+    ctx.zi.wait_contenders('outage-chroot', 0)
+
+
+def test_lost_session_lock_can_be_looked_at(ctx):
+    """A session-level lock whose node was deleted: zk_locks (state lost)
+    and zk_status() are readable in autocommit, again and again, while an
+    autocommit INSERT, a transaction that wrote and a transaction that
+    called a volatile function besides still fail with 40001."""
+    res = 'outage-look-%s' % uuid.uuid4().hex[:8]
+    a = ctx.admin
+    a.query('DROP TABLE IF EXISTS outage_rows')
+    a.query('CREATE TABLE outage_rows (x int)')
+    h = ctx.backend('outage-look')
+    token_of(h.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 10)
+    [node] = ctx.zi.wait_contenders(res, 1)
+    ctx.kz.delete(node.path)
+    for _ in (1, 2):
+        rows = h.query('SELECT resource, state, scope FROM zk_locks')
+        assert rows == [(res, 'lost', 'session')], rows
+        st = h.query('SELECT state, locks_held, lost_locks FROM zk_status()')
+        assert st[0][0] == 'connected', st
+        assert h.query('SELECT count(*) FROM zk_locks() '
+                       "WHERE state = 'lost'") == [(1,)]
+    # what could have done something under the lock still fails
+    expect_sqlstate(h.submit('INSERT INTO outage_rows VALUES (1)'),
+                    '40001', 10, 'autocommit INSERT')
+    h.query('BEGIN')
+    h.query('SELECT * FROM zk_locks')
+    h.query('INSERT INTO outage_rows VALUES (2)')
+    expect_sqlstate(h.submit('COMMIT'), '40001', 10, 'COMMIT after INSERT')
+    expect_sqlstate(h.submit('SELECT *, random() FROM zk_locks'),
+                    '40001', 10, 'a volatile function besides')
+    expect_sqlstate(h.submit('SELECT * FROM zk_locks, outage_rows'),
+                    '40001', 10, 'a table besides')
+    h.query('BEGIN')
+    h.query('SELECT * FROM zk_status()')
+    h.query('SELECT 1')
+    expect_sqlstate(h.submit('COMMIT'), '40001', 10,
+                    'a transaction that did more than look')
+    assert a.scalar('SELECT count(*) FROM outage_rows') == 0
+    h.query('SELECT zk_unlock_all()')
+    h.query('INSERT INTO outage_rows VALUES (3)')
+    assert a.scalar('SELECT count(*) FROM outage_rows') == 1
+    a.query('DROP TABLE outage_rows')
+
+
+def test_locks_readable_during_outage(ctx):
+    """ZooKeeper unreachable while a session-level lock is held: zk_locks
+    and zk_status() answer in autocommit at once (no commit check to wait
+    for), while an autocommit INSERT fails closed with 40001."""
+    res = 'outage-read-%s' % uuid.uuid4().hex[:8]
+    a = ctx.admin
+    a.query('DROP TABLE IF EXISTS outage_read')
+    a.query('CREATE TABLE outage_read (x int)')
+    with Cut(ctx, 'read') as c:
+        b = c.backend('outage-read')
+        token_of(b.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 10)
+        c.cut()
+        t0 = time.monotonic()
+        rows = b.query('SELECT resource, scope FROM zk_locks')
+        st = b.query('SELECT state FROM zk_status()')
+        took = time.monotonic() - t0
+        assert rows == [(res, 'session')], rows
+        assert st == [('connecting',)], st
+        assert took < ctx.session_timeout / 2, \
+            'looking took %.1f s during the outage' % took
+        e = expect_sqlstate(b.submit('INSERT INTO outage_read VALUES (1)'),
+                            '40001', ctx.session_timeout + 15,
+                            'autocommit INSERT during the outage')
+        assert_no_verify_off_hint(e)
+    assert a.scalar('SELECT count(*) FROM outage_read') == 0
+    a.query('DROP TABLE outage_read')
+    ctx.zi.wait_contenders(res, 0, timeout=ctx.session_timeout + 10)
