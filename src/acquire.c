@@ -255,7 +255,7 @@ zka_done_req(ZksRequest **req)
  * retry, never a wrong answer.  At LEVEL_CACHE_MAX entries the cache is
  * dropped and starts again.
  */
-#define LEVEL_CACHE_MAX		16384
+#define LEVEL_CACHE_MAX		32768
 
 static HTAB *known_levels = NULL;
 static int64 known_levels_session = 0;

@@ -68,12 +68,12 @@ typedef struct LockSet
 	int			n;
 	Batch	   *batches;		/* the current round's */
 	int			nbatches;
-	List	   *lreqs;			/* creates of levels sent in front ... */
-	List	   *lpaths;			/* ... and their paths */
+	List	   *lreqs;			/* LevelReqs: creates sent in front */
 	ZkaAttempt *blocked;		/* the lock a try found taken */
 } LockSet;
 
-static void send_levels(LockSet *s, int from, int to);
+static void send_levels(LockSet *s, int from, int to, bool singly);
+static void create_singly(LockSet *s, Batch *b);
 
 static int
 compare_parents(const void *x, const void *y)
@@ -133,7 +133,7 @@ send_batch(LockSet *s, Batch *b, int limit)
 static void
 send_round(LockSet *s, int from)
 {
-	send_levels(s, from, s->n);
+	send_levels(s, from, s->n, false);
 	s->nbatches = 0;
 	while (from < s->n)
 	{
@@ -146,21 +146,47 @@ send_round(LockSet *s, int from)
 	}
 }
 
+/* One request of levels sent in front of the locks' multis. */
+typedef struct LevelReq
+{
+	ZksRequest *req;
+	List	   *paths;			/* what it creates (a multi: all or none) */
+} LevelReq;
+
+static void
+add_level_req(LockSet *s, ZksRequest *req, List *paths)
+{
+	LevelReq   *lr = palloc(sizeof(LevelReq));
+
+	lr->req = req;
+	lr->paths = paths;
+	s->lreqs = lappend(s->lreqs, lr);
+}
+
 /*
  * Send, in front of the multis of atts[from .. to - 1], the creates of the
  * levels their locks need and this session does not know to exist (lock
  * parents never used before, or reaped since; new levels above them),
- * each once, top down, as CONTAINER nodes.  ZooKeeper runs a session's
- * requests in order, so every multi behind them finds its parents: names
- * used for the first time cost one create each (answered NODEEXISTS where
- * the parent was there after all) in the same round trip as the locks,
- * never a round trip per lock (issue 31).
+ * each once, as CONTAINER nodes.  ZooKeeper runs a session's requests in
+ * order, so every multi behind them finds its parents: names used for
+ * the first time cost no round trip more than warm ones (issue 31).
+ *
+ * The levels above the parents (few, shared) go one create each, first;
+ * the parents themselves, if together, in multi requests: one write for
+ * a thousand parents instead of a thousand, which is what makes a call
+ * on fresh names nearly as cheap as one on warm names.  A multi is all or
+ * none: if one of its parents exists after all (names this backend has
+ * not seen, used by others), it fails with NODEEXISTS and creates
+ * nothing, and a lock multi behind it whose parents are not all there
+ * fails with NONODE; collect_batch then sends that batch's levels one
+ * create each (singly), which cannot fail that way.
  */
 static void
-send_levels(LockSet *s, int from, int to)
+send_levels(LockSet *s, int from, int to, bool singly)
 {
 	HASHCTL		ctl;
 	HTAB	   *sent;
+	List	   *parents = NIL;
 
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(uint64);
@@ -183,12 +209,40 @@ send_levels(LockSet *s, int from, int to)
 			hash_search(sent, &key, HASH_ENTER, &found);
 			if (found)
 				continue;		/* an ancestor the locks before share */
-			s->lreqs = lappend(s->lreqs,
-							   zks_send_create(path, "", 0, ZKS_CONTAINER));
-			s->lpaths = lappend(s->lpaths, path);
+			if (!singly && strcmp(path, s->atts[i]->parent) == 0)
+				parents = lappend(parents, path);
+			else
+				add_level_req(s, zks_send_create(path, "", 0, ZKS_CONTAINER),
+							  list_make1(path));
 		}
 	}
 	hash_destroy(sent);
+
+	/* the parents, behind every level above them */
+	if (list_length(parents) == 1)
+		add_level_req(s, zks_send_create(linitial(parents), "", 0,
+										 ZKS_CONTAINER), parents);
+	else if (parents != NIL)
+	{
+		int			n = list_length(parents);
+		const char **paths = palloc(sizeof(char *) * n);
+		int			done = 0;
+
+		for (int i = 0; i < n; i++)
+			paths[i] = list_nth(parents, i);
+		while (done < n)
+		{
+			int			taken;
+			List	   *covered = NIL;
+			ZksRequest *req = zks_send_containers(paths + done, n - done,
+												  &taken);
+
+			for (int i = done; i < done + taken; i++)
+				covered = lappend(covered, (char *) paths[i]);
+			add_level_req(s, req, covered);
+			done += taken;
+		}
+	}
 }
 
 static void
@@ -197,30 +251,34 @@ done_levels(LockSet *s)
 	ListCell   *lc;
 
 	foreach(lc, s->lreqs)
-		zks_done((ZksRequest *) lfirst(lc));
+		zks_done(((LevelReq *) lfirst(lc))->req);
 	list_free(s->lreqs);
 	s->lreqs = NIL;
-	s->lpaths = NIL;
 }
 
 /*
- * The levels' answers, which come before the multis': existing levels are
- * fine; NONODE (a level above went meanwhile) and a lost reply are left
- * to the multi behind, which fails the same way and is handled there;
- * anything else ends the call.
+ * The levels' answers, which come before the multis': levels made or
+ * there are fine; a multi of parents that failed with NODEEXISTS made
+ * none, which the lock multi behind it tells (NONODE, handled there);
+ * NONODE (a level above went meanwhile) and a lost reply are left to the
+ * lock multi too, which fails the same way; anything else ends the call.
  */
 static void
 check_levels(LockSet *s, ZkaAttempt *lead)
 {
 	ListCell   *lc;
-	ListCell   *pc;
 	ZksRc		failed = ZKS_OK;
 
-	forboth(lc, s->lreqs, pc, s->lpaths)
+	foreach(lc, s->lreqs)
 	{
-		ZksRc		rc = zka_await_reply(lead, (ZksRequest *) lfirst(lc));
+		LevelReq   *lr = (LevelReq *) lfirst(lc);
+		ZksRc		rc = zka_await_reply(lead, lr->req);
+		ListCell   *pc;
 
-		zka_level_answered((const char *) lfirst(pc), rc);
+		if (rc == ZKS_NODEEXISTS && list_length(lr->paths) > 1)
+			continue;			/* a multi of parents: none made, some there */
+		foreach(pc, lr->paths)
+			zka_level_answered((const char *) lfirst(pc), rc);
 		if (rc != ZKS_OK && rc != ZKS_NODEEXISTS && rc != ZKS_NONODE &&
 			rc != ZKS_CONNECTION_LOSS && failed == ZKS_OK)
 			failed = rc;
@@ -228,6 +286,28 @@ check_levels(LockSet *s, ZkaAttempt *lead)
 	done_levels(s);
 	if (failed != ZKS_OK)
 		zka_failure(lead, ZKA_OP_CREATE_PARENT, failed);
+}
+
+/*
+ * The batch's locks one create each, all sent back to back (each behind
+ * its parent's create, which the cache, dropped on the NONODE that brought
+ * us here, no longer skips), then each completed: zka_complete_create
+ * retries a lock whose parent went again.  The listings go behind each
+ * create, as in the multi's case, and each create's reply carries its
+ * node's czxid.
+ */
+static void
+create_singly(LockSet *s, Batch *b)
+{
+	for (int j = 0; j < b->count; j++)
+	{
+		ZkaAttempt *a = s->atts[b->first + j];
+
+		zka_done_req(&a->lreq);
+		zka_send_create(a);
+	}
+	for (int j = 0; j < b->count; j++)
+		zka_complete_create(s->atts[b->first + j]);
 }
 
 /*
@@ -372,6 +452,8 @@ collect_batch(LockSet *s, Batch *b)
 			}
 			/* the nodes are the attempts' now: zka_abandon deletes them */
 			zks_claim(b->mreq);
+			for (int j = 0; j < b->count; j++)
+				zka_level_answered(s->atts[b->first + j]->parent, ZKS_OK);
 			zka_done_req(&b->mreq);
 			break;
 		}
@@ -385,6 +467,19 @@ collect_batch(LockSet *s, Batch *b)
 			zka_failure(culprit, ZKA_OP_CREATE_NODE, rc);
 		}
 
+		if (rc == ZKS_NONODE && tries >= 2)
+		{
+			/*
+			 * Parents keep going under us (a reaping pass over many empty
+			 * parents: one delete every few milliseconds): a multi of a
+			 * thousand needs all of them at one moment.  Go on lock by
+			 * lock, each create with its parent's right in front, each
+			 * retried on its own (acquire.c), still pipelined.
+			 */
+			zka_done_req(&b->mreq);
+			create_singly(s, b);
+			return;				/* the creates' replies gave the tokens */
+		}
 		if (rc == ZKS_NONODE)
 		{
 			/*
@@ -399,7 +494,7 @@ collect_batch(LockSet *s, Batch *b)
 			for (int j = 0; j < b->count; j++)
 				zka_done_req(&s->atts[b->first + j]->lreq);
 			zka_level_answered(lead->parent, ZKS_NONODE);
-			send_levels(s, b->first, b->first + b->count);
+			send_levels(s, b->first, b->first + b->count, true);
 			send_batch(s, b, b->count);
 			check_levels(s, lead);
 			continue;
@@ -526,7 +621,6 @@ zkm_acquire_set(ZkaAttempt **atts, int n, ZkaAttempt **blocked)
 	s->batches = palloc(sizeof(Batch) * n);
 	s->nbatches = 0;
 	s->lreqs = NIL;
-	s->lpaths = NIL;
 	s->blocked = NULL;
 
 	/* the first look at each lock never waits (run_rounds waits) */

@@ -144,6 +144,13 @@ extern ZksRequest *zks_send_checks(const char *const *paths, int n,
 								   int *taken);
 
 /*
+ * One multi request creating CONTAINER nodes at the first *taken of the n
+ * paths, all or none (a level there already fails it with NODEEXISTS).
+ */
+extern ZksRequest *zks_send_containers(const char *const *paths, int n,
+									   int *taken);
+
+/*
  * One multi request creating EPHEMERAL_SEQUENTIAL nodes at the first
  * *taken of the n paths (as many as fit well under ZooKeeper's 1 MB
  * limit), all with the same data.  ZooKeeper applies a multi as a whole
