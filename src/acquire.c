@@ -34,6 +34,7 @@
 #include "utils/timestamp.h"
 
 #include "acquire.h"
+#include "waitlog.h"
 #include "zklock.h"
 
 /* Longest timeout taken as such (100 years); beyond it, none. */
@@ -593,6 +594,41 @@ zka_run_queue(ZkaAttempt *a)
 }
 
 /*
+ * Tell the wait log (waitlog.c) what this wait is behind: the first
+ * foreign contender in the queue (the holder, or one of the holders) and
+ * how many foreign contenders are queued ahead of ours.
+ */
+static void
+note_wait(ZkaAttempt *a, const ZkrContender *cs, int self, const char **own,
+		  int nown)
+{
+	const char *holder = NULL;
+	int			ahead = 0;
+
+	for (int i = 0; i < self; i++)
+	{
+		bool		ours = false;
+
+		for (int k = 0; k < nown && !ours; k++)
+			ours = (strcmp(cs[i].name, own[k]) == 0);
+		if (ours)
+			continue;
+		if (holder == NULL)
+			holder = cs[i].name;
+		ahead++;
+	}
+	if (holder != NULL)
+	{
+		char	   *path = psprintf("%s/%s", a->parent, holder);
+
+		zkwl_waiting(a->resource, a->msg_mode, path, ahead);
+		pfree(path);
+	}
+	else
+		zkwl_waiting(a->resource, a->msg_mode, NULL, ahead);
+}
+
+/*
  * The recipe's loop once our node exists: decide from the listing in
  * a->lreq (sent now if there is none), watch, list again.
  */
@@ -699,6 +735,7 @@ zka_await_turn(ZkaAttempt *a)
 		 * the tree right after the grant (grant_by_listing: semaphore.c).
 		 */
 		a->waited = true;
+		note_wait(a, cs, d.self, own, nown);
 		pred = psprintf("%s/%s", a->parent, cs[d.predecessor].name);
 		seen = zks_event_mark();
 		own_watch = (d.blockers == 1 && !a->grant_by_listing &&
@@ -735,8 +772,9 @@ zka_await_turn(ZkaAttempt *a)
 				zkd_wait_begin(&a->dl);
 			for (;;)
 			{
-				TimestampTz wake = a->follow_deadlocks ?
-					zkd_wake_at(&a->dl, a->deadline) : a->deadline;
+				TimestampTz wake = zkwl_wake_at(a->follow_deadlocks ?
+												zkd_wake_at(&a->dl, a->deadline) :
+												a->deadline);
 
 				if (!tracked)
 				{
@@ -759,6 +797,7 @@ zka_await_turn(ZkaAttempt *a)
 				}
 				if (a->deadline != 0 && GetCurrentTimestamp() >= a->deadline)
 					zka_timeout_error(a);
+				zkwl_tick(a->deadline);
 				if (a->follow_deadlocks)
 					zkd_check(&a->dl, a->resource, a->node, a->mode, NULL,
 							  a->deadline);

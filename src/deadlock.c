@@ -388,8 +388,8 @@ pg_edges_from(Search *s, int holder, uint64 sysid, int pid)
 }
 
 /* Owner line of a zklock node: "zklock host=... sysid=N pid=P ..." */
-static bool
-parse_owner(const char *data, uint64 *sysid, int *pid)
+bool
+zkd_parse_owner(const char *data, uint64 *sysid, int *pid)
 {
 	const char *s;
 	const char *p;
@@ -512,7 +512,7 @@ meet_owner(Search *s, int u, int64 owner, const char *data)
 	if (v < 0)
 		return;
 	add_edge(s, u, v, false);
-	if (!s->m[v].known && parse_owner(data, &sysid, &pid))
+	if (!s->m[v].known && zkd_parse_owner(data, &sysid, &pid))
 	{
 		s->m[v].known = true;
 		s->m[v].sysid = sysid;

@@ -60,4 +60,10 @@ extern void zkd_check(ZkdWait *w, const char *resource, const char *node,
 /* The wait is over: drop the record.  Never raises ERROR. */
 extern void zkd_wait_end(ZkdWait *w);
 
+/*
+ * The system identifier and pid of a zklock node's owner line ("zklock
+ * host=... sysid=N pid=P ..."); false for any other data.
+ */
+extern bool zkd_parse_owner(const char *data, uint64 *sysid, int *pid);
+
 #endif							/* ZKLOCK_DEADLOCK_H */

@@ -22,6 +22,8 @@
 #include "locktable_int.h"
 #include "semaphore.h"
 #include "session.h"
+#include "stats.h"
+#include "waitlog.h"
 #include "zklock.h"
 
 /* The entry of the other mode whose node grants this one at once, if any. */
@@ -97,6 +99,18 @@ check_scope_allowed(ZklScope scope)
 				 errhint("Use the transaction-level functions (zk_lock_exclusive and friends), which end with the transaction.")));
 }
 
+/*
+ * A call that ended without its lock (sqlerrcode: its ERROR): the wait
+ * log's last line and the statistics.  Runs in PG_CATCH, before the
+ * error goes on; neither raises ERROR.
+ */
+static void
+call_failed(const char *resource, ZkrMode mode, int sqlerrcode)
+{
+	zkwl_call_end(false, sqlerrcode);
+	zkst_failed(resource, mode, zkst_failure_of(sqlerrcode));
+}
+
 /* An entry already held in this mode: one more hold, no request. */
 static void
 check_reentry(ZklLock *lock, ZkrMode mode, int max_holders)
@@ -125,6 +139,7 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	volatile bool granted;
 
 	check_scope_allowed(scope);
+	zkwl_call_begin();
 
 	/* the wait events of this call (reset at the transaction's end) */
 	zks_set_activity(max_holders > 0 ? ZKS_ACTIVITY_SEMAPHORE :
@@ -152,6 +167,7 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 		lock = zkl_borrow_node(lender, resource, mode);
 		zkl_add_hold(lock, scope);	/* cannot fail: room for 4 */
 		zkl_count_grant(false);
+		zkst_acquired(resource, mode, false, 0);
 		*token = lock->token;
 		zkl_callbacks_first();
 		return true;
@@ -190,6 +206,7 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	}
 	PG_CATCH();
 	{
+		call_failed(resource, mode, geterrcode());
 		zka_abandon(&a);
 		PG_RE_THROW();
 	}
@@ -199,13 +216,23 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 	{
 		zka_abandon(&a);
 		if (!try_only)
+		{
+			call_failed(resource, mode, ERRCODE_LOCK_NOT_AVAILABLE);
 			zka_timeout_error(&a);	/* timeout of zero: 55P03, not false */
+		}
+		zkwl_call_end(false, 0);
 		return false;
 	}
 
 	/* the node now belongs to the entry */
 	zka_finish(&a);
 	zkl_count_grant(a.waited);
+	{
+		int64		waited_us = zkwl_waited_us();
+
+		zkwl_call_end(true, 0);
+		zkst_acquired(resource, mode, a.waited, waited_us);
+	}
 
 	*token = lock->token;
 	zkl_callbacks_first();
@@ -277,6 +304,7 @@ zkl_acquire_many(const char *const *resources, const char *const *relpaths,
 
 	/* an empty array too: the call is refused, not its elements */
 	check_scope_allowed(scope);
+	zkwl_call_begin();
 
 	zks_set_activity(ZKS_ACTIVITY_LOCK);	/* its wait events */
 
@@ -377,6 +405,11 @@ zkl_acquire_many(const char *const *resources, const char *const *relpaths,
 	}
 	PG_CATCH();
 	{
+		/* charged to the lock waited for, if any, else the first */
+		const char *culprit = zkwl_waited_for();
+
+		call_failed(culprit ? culprit : atts[0].resource, mode,
+					geterrcode());
 		undo_many(made, nmade, atts, natts);
 		PG_RE_THROW();
 	}
@@ -386,18 +419,33 @@ zkl_acquire_many(const char *const *resources, const char *const *relpaths,
 	{
 		undo_many(made, nmade, atts, natts);
 		if (!try_only)
+		{
+			call_failed(blocked->resource, mode, ERRCODE_LOCK_NOT_AVAILABLE);
 			zka_timeout_error(blocked);	/* timeout of zero: 55P03 */
+		}
+		zkwl_call_end(false, 0);
 		return false;
 	}
 
-	for (int k = 0; k < natts; k++)
 	{
-		zka_finish(&atts[k]);
-		zkl_count_grant(atts[k].waited);
+		/* each lock that waited is charged the call's whole wait */
+		int64		waited_us = zkwl_waited_us();
+
+		zkwl_call_end(true, 0);
+		for (int k = 0; k < natts; k++)
+		{
+			zka_finish(&atts[k]);
+			zkl_count_grant(atts[k].waited);
+			zkst_acquired(atts[k].resource, mode, atts[k].waited,
+						  atts[k].waited ? waited_us : 0);
+		}
 	}
 	for (int g = 0; g < ngroups; g++)
 		if (how[g] == MANY_BORROW)
+		{
 			zkl_count_grant(false);
+			zkst_acquired(items[first_item[g]].resource, mode, false, 0);
+		}
 
 	/* nothing below can fail: every hold has its room */
 	for (int i = 0; i < n; i++)

@@ -48,6 +48,7 @@
 #include "locktable_int.h"
 #include "lookonly.h"
 #include "session.h"
+#include "stats.h"
 #include "zklock.h"
 
 
@@ -229,6 +230,8 @@ zkl_release_if_unused(ZklLock *lock)
 	pfree(lock->prefix);
 	if (lock->xact_holds)
 		pfree(lock->xact_holds);
+	zkst_released(lock->key.resource, lock->key.mode,
+				  GetCurrentTimestamp() - lock->since);
 	resource = (char *) lock->key.resource;
 	hash_search(lock_table, &lock->key, HASH_REMOVE, NULL);
 	pfree(resource);
@@ -259,6 +262,7 @@ mark_lost(ZklLock *lock, ZklLost why)
 	{
 		lock->lost = why;
 		n_lost++;
+		zkst_lost(lock->key.resource, lock->key.mode);
 	}
 }
 
@@ -361,6 +365,7 @@ verify_before_commit(void)
 		if (lock->lost != ZKL_LOST_NONE)
 		{
 			hash_seq_term(&status);
+			zkst_refused_commit(lock->key.resource, lock->key.mode);
 			zkl_lost_error(lock);
 		}
 	}

@@ -76,6 +76,7 @@
 
 #include "deadlock.h"
 #include "semaphore.h"
+#include "waitlog.h"
 #include "zklock.h"
 
 /* A path and a prefix for one part of the semaphore at path. */
@@ -158,20 +159,23 @@ ensure_kazoo_node(ZkaAttempt *a, const char *path, int max_holders)
  * a->parent's children.
  */
 static void
-await_change(ZkaAttempt *a, ZksEventMark seen, const char *held)
+await_change(ZkaAttempt *a, ZksEventMark seen, const char *held, int leases)
 {
 	a->waited = true;
+	zkwl_waiting(a->resource, ZKR_MODE_SEMAPHORE, NULL, leases);
 	if (a->follow_deadlocks)
 		zkd_wait_begin(&a->dl);
 	for (;;)
 	{
-		TimestampTz wake = a->follow_deadlocks ?
-			zkd_wake_at(&a->dl, a->deadline) : a->deadline;
+		TimestampTz wake = zkwl_wake_at(a->follow_deadlocks ?
+										zkd_wake_at(&a->dl, a->deadline) :
+										a->deadline);
 
 		if (zks_wait_event(seen, wake))
 			break;
 		if (a->deadline != 0 && GetCurrentTimestamp() >= a->deadline)
 			zka_timeout_error(a);
+		zkwl_tick(a->deadline);
 		if (a->follow_deadlocks)
 			zkd_check(&a->dl, a->resource, held, ZKR_MODE_SEMAPHORE,
 					  a->parent, a->deadline);
@@ -217,7 +221,8 @@ list_leases(ZkaAttempt *a, int *n, ZksEventMark *seen)
  * True when ours is among at most max_holders; ERROR when it is gone.
  */
 static bool
-counted_with_room(ZkaAttempt *a, int max_holders, ZksEventMark *seen)
+counted_with_room(ZkaAttempt *a, int max_holders, ZksEventMark *seen,
+				  int *nleases)
 {
 	int			n;
 	char	  **children = list_leases(a, &n, seen);
@@ -226,6 +231,8 @@ counted_with_room(ZkaAttempt *a, int max_holders, ZksEventMark *seen)
 
 	if (d == ZKR_SEM_MISSING)
 		zka_vanished_error(a);
+	if (nleases)
+		*nleases = n;
 	return d == ZKR_SEM_HELD;
 }
 
@@ -239,6 +246,7 @@ static void
 lease_counted_after_create(ZkaAttempt *a, int max_holders)
 {
 	ZksEventMark seen = zks_event_mark();
+	int			n;
 
 	Assert(!a->try_only);
 	a->create_mode = ZKS_EPHEMERAL_SEQUENTIAL;
@@ -246,8 +254,8 @@ lease_counted_after_create(ZkaAttempt *a, int max_holders)
 	a->watch_listing = true;
 	zka_create_node(a);			/* leaves the listing in a->lreq */
 
-	while (!counted_with_room(a, max_holders, &seen))
-		await_change(a, seen, a->node);
+	while (!counted_with_room(a, max_holders, &seen, &n))
+		await_change(a, seen, a->node, Min(n, max_holders));
 	zkd_wait_end(&a->dl);
 }
 
@@ -270,7 +278,7 @@ lease_counted_mutex_released(ZkaAttempt *a, ZkaAttempt *m, int max_holders)
 	zka_send_create(a);
 	zka_abandon(m);				/* the mutex's delete, behind the create */
 	zka_complete_create(a);
-	return counted_with_room(a, max_holders, &seen);
+	return counted_with_room(a, max_holders, &seen, NULL);
 }
 
 /* kazoo: count, then create the lease if there is room (m: the mutex). */
@@ -295,7 +303,7 @@ lease_counted_before_create(ZkaAttempt *a, ZkaAttempt *m, int max_holders)
 		}
 		if (a->try_only)
 			return false;
-		await_change(a, seen, m->node);
+		await_change(a, seen, m->node, n);
 	}
 }
 

@@ -66,6 +66,7 @@ int	zk_state = 0;		/* last state seen by the watcher */
 static uint64 state_counter = 0;	/* session events seen */
 static uint64 watch_counter = 0;	/* watch events seen */
 static uint64 reconnects = 0;	/* connections re-established */
+static uint64 expirations = 0;	/* sessions the server declared expired */
 static bool ever_connected = false;	/* a CONNECTED event was seen */
 
 /*
@@ -147,7 +148,11 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 		}
 		else if (state == ZOO_EXPIRED_SESSION_STATE ||
 				 state == ZOO_AUTH_FAILED_STATE)
+		{
+			if (state == ZOO_EXPIRED_SESSION_STATE)
+				expirations++;
 			zkt_drop_tasks_locked();
+		}
 	}
 	else
 	{
@@ -893,6 +898,15 @@ bool
 zks_is_connected(void)
 {
 	return zh != NULL && current_state() == ZOO_CONNECTED_STATE;
+}
+
+void
+zks_session_counts(uint64 *reconnects_out, uint64 *expirations_out)
+{
+	pthread_mutex_lock(&zks_mutex);
+	*reconnects_out = reconnects;
+	*expirations_out = expirations;
+	pthread_mutex_unlock(&zks_mutex);
 }
 
 void

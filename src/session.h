@@ -255,6 +255,12 @@ extern int64 zks_session_id(void);
 /* Has the server declared the session over (expired, auth failed)? */
 extern bool zks_session_expired(void);
 
+/*
+ * How often this backend's session reconnected, and how many sessions
+ * the server expired, since the backend started (statistics: stats.c).
+ */
+extern void zks_session_counts(uint64 *reconnects, uint64 *expirations);
+
 /* Session timeout the server granted (the requested one before that). */
 extern int	zks_negotiated_timeout(void);
 

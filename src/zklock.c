@@ -28,6 +28,8 @@
 #include "lookonly.h"
 #include "recipe.h"
 #include "session.h"
+#include "stats.h"
+#include "waitlog.h"
 #include "zklock.h"
 
 PG_MODULE_MAGIC;
@@ -320,6 +322,21 @@ _PG_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+
+	/*
+	 * Superuser-only as PostgreSQL's log_lock_waits is: what the server
+	 * log records is the administrator's choice.
+	 */
+	DefineCustomBoolVariable("zklock.log_lock_waits",
+							 "Logs zklock waits longer than deadlock_timeout.",
+							 "One LOG line when a zklock lock or semaphore call has waited deadlock_timeout (naming the holder), and one when that wait ends.",
+							 &zklock_log_lock_waits,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	zkst_init();
 
 	MarkGUCPrefixReserved("zklock");
 

@@ -505,11 +505,12 @@ def test_update_from_1_3_keeps_status_grants(ctx):
         assert len(old[0]) == 9, old
         before = upd.scalar(acl)
         assert sorted(before) == ['PUBLIC:false', role + ':true'], before
-        upd.query('ALTER EXTENSION zklock UPDATE')
+        upd.query("ALTER EXTENSION zklock UPDATE TO '1.4'")
         assert upd.scalar("SELECT extversion FROM pg_extension "
                           "WHERE extname = 'zklock'") == '1.4'
         assert upd.scalar(acl) == before
-        pg.psql('CREATE EXTENSION zklock', dbname='zklock_fresh14')
+        pg.psql("CREATE EXTENSION zklock VERSION '1.4'",
+                dbname='zklock_fresh14')
         fresh = ctx.backend('status-fresh', dbname='zklock_fresh14')
         assert upd.query(q) == fresh.query(q)
         upd.query('SET ROLE %s' % role)

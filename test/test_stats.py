@@ -1,0 +1,355 @@
+"""
+Lock statistics and wait logging (issue 32): zk_stat_locks,
+zk_stat_cluster, zk_stat_reset and zklock.log_lock_waits.
+
+The statistics live in shared memory, so this module starts clusters of
+its own that preload zklock (shared_preload_libraries), on the suite's
+ZooKeeper: "stats" (deadlock_timeout 200 ms, so that waits are logged
+quickly) and "stats-small" (zklock.stat_max_names = 10, for eviction).
+The suite's main cluster does not preload zklock: there the functions
+fail with 55000.  Every figure is checked exactly against a scripted
+workload.
+"""
+
+import concurrent.futures
+import time
+
+import harness
+from harness import wait_until
+from test_multisession import LOCK_X, LONG, expect_sqlstate, token_of
+
+TIMEOUT = 120
+DB = 'zklock_stats'
+LOCKS_SQL = ('SELECT kind, acquisitions, waits, timeouts, cancels, '
+             'deadlocks, lost, refused_commits FROM zk_stat_locks '
+             'WHERE name = %s ORDER BY kind')
+CLUSTER_SQL = ('SELECT acquisitions, waits, timeouts, cancels, deadlocks, '
+               'lost, refused_commits FROM zk_stat_cluster')
+
+
+def preloaded_cluster(ctx, name, extra=None):
+    conf = {
+        'shared_preload_libraries': 'zklock',
+        'zklock.hosts': ctx.zk.connect_string,
+        'zklock.root': ctx.root,
+        'zklock.session_timeout': '%ds' % ctx.session_timeout,
+        'zklock.connect_timeout': '%ds' % ctx.connect_timeout,
+        'deadlock_timeout': '200ms',
+    }
+    conf.update(extra or {})
+    pg = harness.PgCluster(name, conf, base_dir=ctx.workdir).start()
+    ctx.shared.clusters.append(pg)
+    pg.psql('CREATE DATABASE %s' % DB)
+    pg.psql('CREATE EXTENSION zklock', dbname=DB)
+    return pg
+
+
+def module_setup(ctx):
+    ctx.shared.clusters = []
+    ctx.shared.pg = preloaded_cluster(ctx, 'stats')
+    ctx.shared.small = preloaded_cluster(ctx, 'stats-small',
+                                         {'zklock.stat_max_names': '10'})
+
+
+def module_teardown(ctx):
+    for pg in getattr(ctx.shared, 'clusters', []):
+        pg.stop()
+
+
+def on(ctx, name, cluster=None):
+    return ctx.backend(name, cluster=cluster or ctx.shared.pg, dbname=DB)
+
+
+def hold_and_wait(ctx, h, w, res, extra_s=0.0):
+    """h holds res in a transaction; w asks for it (60 s) and waits until
+    h commits (after extra_s beyond its queueing).  Returns w's future."""
+    # the last holder's release (an asynchronous delete) is through:
+    # the holder must not wait
+    ctx.zi.wait_contenders(res, 0)
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, [res, LONG]), 10, 'holder')
+    f = w.submit(LOCK_X, [res, LONG])
+    ctx.zi.wait_contenders(res, 2)
+    time.sleep(extra_s)
+    h.query('COMMIT')
+    token_of(f, 10, 'waiter')
+    return f
+
+
+def test_unpreloaded_functions_fail_55000(ctx):
+    """Without shared_preload_libraries: 55000 with a hint, for the views
+    and the reset alike."""
+    for sql in ('SELECT * FROM zk_stat_locks', 'SELECT * FROM zk_stat_cluster',
+                'SELECT zk_stat_reset()'):
+        e = expect_sqlstate(ctx.admin.submit(sql), '55000', 10, sql)
+        assert 'shared_preload_libraries' in (e.diag.message_hint or ''), e
+
+
+def test_scripted_workload_exact(ctx):
+    """2 waits, 2 timeouts, 1 cancel, 1 deadlock, 1 lost lock with 1
+    refused commit, a semaphore: every counter as played."""
+    s = on(ctx, 'st-admin')
+    s.query('SELECT zk_stat_reset()')
+    h = on(ctx, 'st-h')
+    w = on(ctx, 'st-w')
+    res = 'st-work'
+    # 2 waits: 4 acquisitions (2 by h, 2 by w after waiting)
+    for _ in range(2):
+        hold_and_wait(ctx, h, w, res)
+    # 2 timeouts and 1 cancel while h holds: 1 acquisition more
+    ctx.zi.wait_contenders(res, 0)
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, [res, LONG]), 10, 'holder')
+    for _ in range(2):
+        expect_sqlstate(w.submit(LOCK_X, [res, '300 ms']), '55P03', 10,
+                        'timed-out wait')
+    f = w.submit(LOCK_X, [res, LONG])
+    ctx.zi.wait_contenders(res, 2)
+    w.cancel()
+    expect_sqlstate(f, '57014', 10, 'canceled wait')
+    h.query('COMMIT')
+
+    # one deadlock between two names
+    a, b = on(ctx, 'st-dl-a'), on(ctx, 'st-dl-b')
+    a.query('BEGIN')
+    b.query('BEGIN')
+    token_of(a.submit(LOCK_X, ['st-dl-1', LONG]), 10)
+    token_of(b.submit(LOCK_X, ['st-dl-2', LONG]), 10)
+    fa = a.submit(LOCK_X, ['st-dl-2', LONG])
+    ctx.zi.wait_contenders('st-dl-2', 2)
+    fb = b.submit(LOCK_X, ['st-dl-1', LONG])
+    # the victim's ERROR aborts its transaction, which releases its lock
+    # at once: the other one gets its lock
+    concurrent.futures.wait([fa, fb], timeout=20)
+    victim = fa if fa.exception(0) is not None else fb
+    expect_sqlstate(victim, '40P01', 1, 'deadlock victim')
+    token_of(fb if victim is fa else fa, 1, 'survivor')
+    outcomes = ['40P01', 'ok'] if victim is fa else ['ok', '40P01']
+    a.query('ROLLBACK')
+    b.query('ROLLBACK')
+    victim_wanted = 'st-dl-2' if outcomes[0] == '40P01' else 'st-dl-1'
+
+    # a session lock lost (its node deleted), the next commit refused
+    lo = on(ctx, 'st-lost')
+    token_of(lo.submit('SELECT zk_session_lock_exclusive(%s)', ['st-lost']),
+             10)
+    node = ctx.zi.contenders('st-lost')[0]
+    ctx.kz.delete(node.path)
+    lo.query('BEGIN')
+    lo.query('SELECT 1')
+    expect_sqlstate(lo.submit('COMMIT'), '40001', 20, 'commit after loss')
+    lo.query('SELECT zk_unlock(%s)', ['st-lost'])
+
+    # a semaphore lease
+    lo.query('SELECT zk_lock_semaphore(%s, 2)', ['st-sem'])
+
+    assert s.query(LOCKS_SQL, [res]) == [('exclusive', 5, 2, 2, 1, 0, 0, 0)]
+    dl = {n: s.query(LOCKS_SQL, [n]) for n in ('st-dl-1', 'st-dl-2')}
+    other = 'st-dl-1' if victim_wanted == 'st-dl-2' else 'st-dl-2'
+    # the victim's lock never came; the other waiter got its lock
+    assert dl[victim_wanted] == [('exclusive', 1, 0, 0, 0, 1, 0, 0)], dl
+    assert dl[other] == [('exclusive', 2, 1, 0, 0, 0, 0, 0)], dl
+    assert s.query(LOCKS_SQL, ['st-lost']) == [
+        ('exclusive', 1, 0, 0, 0, 0, 1, 1)]
+    assert s.query(LOCKS_SQL, ['st-sem']) == [
+        ('semaphore', 1, 0, 0, 0, 0, 0, 0)]
+    assert s.query(CLUSTER_SQL) == [(5 + 3 + 1 + 1, 3, 2, 1, 1, 1, 1)]
+    row = s.query('SELECT total_wait_time, max_wait_time, total_held_time, '
+                  'stats_since <= now() FROM zk_stat_locks WHERE name = %s',
+                  [res])[0]
+    assert 0 < row[1] <= row[0] and row[2] > 0 and row[3], row
+    s.query('SELECT zk_stat_reset()')
+
+
+def test_concurrent_backends_add_up(ctx):
+    """8 backends lock one name 25 times each, contending: exactly 200
+    acquisitions, as many in the cluster row."""
+    s = on(ctx, 'st-admin')
+    s.query('SELECT zk_stat_reset()')
+    bs = [on(ctx, 'st-c%d' % i) for i in range(8)]
+    loop = ("DO $$BEGIN FOR i IN 1..25 LOOP "
+            "PERFORM zk_session_lock_exclusive('st-conc'); "
+            "PERFORM zk_unlock('st-conc'); END LOOP; END$$")
+    futs = [b.submit(loop) for b in bs]
+    for f in futs:
+        f.result(90)
+    rows = s.query(LOCKS_SQL, ['st-conc'])
+    assert len(rows) == 1 and rows[0][1] == 200, rows
+    assert rows[0][3:] == (0, 0, 0, 0, 0), rows
+    assert s.query('SELECT acquisitions, waits FROM zk_stat_cluster') == [
+        (200, rows[0][2])]
+    s.query('SELECT zk_stat_reset()')
+
+
+def test_reset_one_name_and_all(ctx):
+    s = on(ctx, 'st-admin')
+    s.query('SELECT zk_stat_reset()')
+    for n in ('st-r1', 'st-r2'):
+        s.query('SELECT zk_lock_exclusive(%s)', [n])
+        s.query('SELECT zk_lock_shared(%s)', [n])
+    names = ("SELECT name, kind FROM zk_stat_locks WHERE name LIKE 'st-r%' "
+             "ORDER BY 1, 2")
+    assert s.query(names) == [('st-r1', 'exclusive'), ('st-r1', 'shared'),
+                              ('st-r2', 'exclusive'), ('st-r2', 'shared')]
+    since = s.scalar('SELECT stats_since FROM zk_stat_cluster')
+    s.query("SELECT zk_stat_reset('st-r1')")
+    assert s.query(names) == [('st-r2', 'exclusive'), ('st-r2', 'shared')]
+    assert s.scalar('SELECT acquisitions FROM zk_stat_cluster') == 4
+    s.query('SELECT zk_stat_reset()')
+    assert s.query(names) == []
+    assert s.query('SELECT names_tracked, acquisitions, evictions, '
+                   'stats_since > %s FROM zk_stat_cluster', [since]) == [
+        (0, 0, 0, True)]
+
+
+def test_eviction_least_recently_used(ctx):
+    """stat_max_names = 10: 12 names keep the 10 last used; a name used
+    again stays when the next new one comes."""
+    s = on(ctx, 'st-small', cluster=ctx.shared.small)
+    s.query('SELECT zk_stat_reset()')
+    for i in range(12):
+        s.query('SELECT zk_lock_exclusive(%s)', ['st-ev-%02d' % i])
+    names = "SELECT name FROM zk_stat_locks ORDER BY 1"
+    assert [r[0] for r in s.query(names)] == \
+        ['st-ev-%02d' % i for i in range(2, 12)]
+    assert s.query('SELECT names_tracked, evictions, acquisitions '
+                   'FROM zk_stat_cluster') == [(10, 2, 12)]
+    s.query('SELECT zk_lock_exclusive(%s)', ['st-ev-02'])
+    s.query('SELECT zk_lock_exclusive(%s)', ['st-ev-12'])
+    got = [r[0] for r in s.query(names)]
+    assert 'st-ev-02' in got and 'st-ev-03' not in got, got
+    assert s.query('SELECT names_tracked, evictions FROM zk_stat_cluster') \
+        == [(10, 3)]
+
+
+def log_after(pg, offset, text, timeout=10):
+    found = []
+
+    def check():
+        found[:] = [pg.log_since(offset)]
+        return text in found[0]
+    wait_until(check, timeout=timeout, what='log line %r' % text)
+    return found[0]
+
+
+def test_log_lines_still_waiting_acquired_timeout(ctx):
+    pg = ctx.shared.pg
+    h, w = on(ctx, 'st-log-h'), on(ctx, 'st-log-w')
+    res = 'st-log'
+    off = pg.log_size()
+    hold_and_wait(ctx, h, w, res, extra_s=0.6)
+    log = log_after(pg, off, 'process %d acquired exclusive zklock on "%s" '
+                    'after ' % (w.pid, res))
+    assert ('process %d still waiting for exclusive zklock on "%s" after '
+            % (w.pid, res)) in log, log
+    assert ('Held by process %d of this cluster' % h.pid) in log, log
+    assert '0 contenders are queued' not in log   # the holder is ahead
+    assert '1 contender is queued ahead of this one.' in log, log
+
+    # a timeout after the log time
+    off = pg.log_size()
+    ctx.zi.wait_contenders(res, 0)
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, [res, LONG]), 10)
+    expect_sqlstate(w.submit(LOCK_X, [res, '700 ms']), '55P03', 10, 'wait')
+    log = log_after(pg, off, 'process %d failed to acquire exclusive zklock '
+                    'on "%s" after ' % (w.pid, res))
+    assert 'The wait timed out.' in log, log
+    assert 'still waiting' in log, log
+
+    # shorter than deadlock_timeout, or with the setting off: no line
+    off = pg.log_size()
+    expect_sqlstate(w.submit(LOCK_X, [res, '100 ms']), '55P03', 10, 'short')
+    w.query('SET zklock.log_lock_waits = off')
+    expect_sqlstate(w.submit(LOCK_X, [res, '500 ms']), '55P03', 10, 'off')
+    w.query('RESET zklock.log_lock_waits')
+    h.query('COMMIT')
+    w.query('SELECT 1')
+    time.sleep(0.3)
+    log = pg.log_since(off)
+    assert 'LOG:  process %d' % w.pid not in log, log
+
+
+def test_log_line_names_a_client_outside_postgresql(ctx):
+    """A holder whose node has no zklock owner line (a Curator client,
+    played by kazoo) is named as such, with its node."""
+    pg = ctx.shared.pg
+    res = 'st-log-ext'
+    w = on(ctx, 'st-log-ext-w')
+    path = ctx.kz.create(ctx.zi.parent_path(res) + '/_c_curator0-__WRIT__',
+                         b'', sequence=True, makepath=True)
+    try:
+        off = pg.log_size()
+        f = w.submit(LOCK_X, [res, LONG])
+        log = log_after(pg, off, 'process %d still waiting for exclusive '
+                        'zklock on "%s"' % (w.pid, res))
+        assert ('Held by a client outside PostgreSQL (node "%s"); 1 '
+                'contender is queued ahead of this one.' % path) in log, log
+    finally:
+        ctx.kz.delete(path)
+    token_of(f, 10, 'waiter after the foreign holder went')
+    log_after(pg, off, 'process %d acquired exclusive zklock on "%s"'
+              % (w.pid, res))
+
+
+def test_update_1_4_to_1_5_keeps_grants(ctx):
+    """ALTER EXTENSION zklock UPDATE from 1.4 adds the statistics (equal to
+    a fresh install), keeps the grants on zk_status(), and the new objects
+    are for pg_read_all_stats only."""
+    pg = ctx.shared.pg
+    role, mon = 'zklock_st_viewer', 'zklock_st_monitor'
+    for db in ('zklock_upd15', 'zklock_fresh15'):
+        pg.psql('DROP DATABASE IF EXISTS %s' % db)
+        pg.psql('CREATE DATABASE %s' % db)
+    for r in (role, mon):
+        pg.psql('DROP ROLE IF EXISTS %s' % r)
+        pg.psql('CREATE ROLE %s' % r)
+    pg.psql('GRANT pg_read_all_stats TO %s' % mon)
+    pg.psql("CREATE EXTENSION zklock VERSION '1.4'", dbname='zklock_upd15')
+    pg.psql('GRANT EXECUTE ON FUNCTION zk_status() TO %s WITH GRANT OPTION'
+            % role, dbname='zklock_upd15')
+    acl = ("SELECT array_agg(coalesce(r.rolname, 'PUBLIC') || ':' || "
+           "a.privilege_type ORDER BY 1) FROM pg_proc p, "
+           "aclexplode(p.proacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee "
+           "WHERE p.oid = %s::regprocedure AND a.grantee <> p.proowner")
+    q = ("SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid) "
+         "|| ' -> ' || pg_get_function_result(p.oid), p.proacl::text "
+         "FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid JOIN "
+         "pg_extension e ON e.oid = d.refobjid AND e.extname = 'zklock' "
+         "WHERE p.proname <> 'zk_status' ORDER BY 1")
+    views = ("SELECT c.relname, c.relacl::text FROM pg_class c JOIN "
+             "pg_depend d ON d.objid = c.oid JOIN pg_extension e ON "
+             "e.oid = d.refobjid AND e.extname = 'zklock' ORDER BY 1")
+    upd = ctx.backend('st-upd', cluster=pg, dbname='zklock_upd15')
+    fresh = None
+    try:
+        before = upd.scalar(acl, ['zk_status()'])
+        upd.query('ALTER EXTENSION zklock UPDATE')
+        assert upd.scalar("SELECT extversion FROM pg_extension "
+                          "WHERE extname = 'zklock'") == '1.5'
+        assert upd.scalar(acl, ['zk_status()']) == before
+        pg.psql('CREATE EXTENSION zklock', dbname='zklock_fresh15')
+        fresh = ctx.backend('st-fresh', cluster=pg, dbname='zklock_fresh15')
+        assert upd.query(q) == fresh.query(q)
+        assert upd.query(views) == fresh.query(views)
+        assert sorted(upd.scalar(acl, ['zk_stat_locks()'])) == \
+            ['pg_read_all_stats:EXECUTE']
+        assert upd.scalar(acl, ['zk_stat_reset(text)']) is None
+        upd.query('SET ROLE %s' % mon)
+        assert upd.scalar('SELECT count(*) >= 0 FROM zk_stat_locks')
+        assert upd.scalar('SELECT names_tracked >= 0 FROM zk_stat_cluster')
+        expect_sqlstate(upd.submit('SELECT zk_stat_reset()'), '42501', 10,
+                        'reset by a monitoring role')
+        upd.query('RESET ROLE')
+        upd.query('SET ROLE %s' % role)
+        expect_sqlstate(upd.submit('SELECT * FROM zk_stat_locks'), '42501',
+                        10, 'a role without pg_read_all_stats')
+        upd.query('RESET ROLE')
+    finally:
+        upd.close()
+        if fresh is not None:
+            fresh.close()
+        for db in ('zklock_upd15', 'zklock_fresh15'):
+            pg.psql('DROP DATABASE %s WITH (FORCE)' % db)
+        for r in (role, mon):
+            pg.psql('DROP ROLE %s' % r)
