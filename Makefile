@@ -7,7 +7,7 @@ OBJS = src/zklock.o src/auth.o src/session.o src/session_request.o \
 	src/session_cleanup.o src/session_watch.o src/session_nudge.o \
 	src/session_hosts.o \
 	src/recipe.o src/waitgraph.o \
-	src/acquire.o src/commitcheck.o src/semaphore.o src/lockset.o \
+	src/acquire.o src/parents.o src/commitcheck.o src/semaphore.o src/lockset.o \
 	src/locktable.o src/lockrequest.o src/callorder.o src/lookonly.o \
 	src/deadlock.o src/waitrecord.o src/inspect.o src/functions.o \
 	src/stats.o src/waitlog.o

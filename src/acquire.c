@@ -23,17 +23,16 @@
 
 #include "access/xlog.h"
 #include "commands/dbcommands.h"
-#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "postmaster/postmaster.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "acquire.h"
+#include "parents.h"
 #include "waitlog.h"
 #include "zklock.h"
 
@@ -235,181 +234,6 @@ zka_done_req(ZksRequest **req)
 }
 
 /*
- * Levels known to exist in the current session: the ancestors of lock
- * parents (the root, intermediate levels) and the lock parents themselves
- * that this backend created or created a node in.  A create under a known
- * parent is sent alone; under an unknown one, the parent's create (and
- * those of the unknown levels above it) go right in front of it, in the
- * same round trip (issue 31: names never used before are the normal case,
- * because the server reaps an empty lock parent within
- * znode.container.checkIntervalMs, 60 s by default).  That costs a name
- * seen for the first time by this backend one create more, which the
- * server answers NODEEXISTS when the parent is there after all; a fresh
- * name then costs one write more than a warm one, never a round trip.
- *
- * The levels are CONTAINER nodes, which the server removes once empty, so
- * knowing is only a good guess: a level that went shows up as NONODE for
- * the create below it, and then the whole cache is dropped (one level
- * gone usually means a reaping pass).  A new session (expiry, other
- * hosts) starts afresh.  Keys are 64-bit hashes of the paths: two paths
- * with one hash make one of them look known, which costs a NONODE and a
- * retry, never a wrong answer.  At LEVEL_CACHE_MAX entries the cache is
- * dropped and starts again.
- */
-#define LEVEL_CACHE_MAX		32768
-
-static HTAB *known_levels = NULL;
-static int64 known_levels_session = 0;
-
-static void
-levels_forget(void)
-{
-	if (known_levels != NULL)
-		hash_destroy(known_levels);
-	known_levels = NULL;
-}
-
-static uint64
-level_key(const char *path)
-{
-	return hash_bytes_extended((const unsigned char *) path,
-							   (int) strlen(path), 0);
-}
-
-static bool
-level_known(const char *path)
-{
-	bool		found = false;
-	uint64		key = level_key(path);
-
-	if (known_levels_session != zks_session_id())
-		levels_forget();
-	if (known_levels != NULL)
-		hash_search(known_levels, &key, HASH_FIND, &found);
-	return found;
-}
-
-static void
-level_remember(const char *path)
-{
-	uint64		key = level_key(path);
-
-	if (known_levels_session != zks_session_id() ||
-		(known_levels != NULL &&
-		 hash_get_num_entries(known_levels) >= LEVEL_CACHE_MAX))
-		levels_forget();
-	if (known_levels == NULL)
-	{
-		HASHCTL		ctl;
-
-		memset(&ctl, 0, sizeof(ctl));
-		ctl.keysize = sizeof(uint64);
-		ctl.entrysize = sizeof(uint64);
-		ctl.hcxt = TopMemoryContext;
-		known_levels = hash_create("zklock known levels", 64, &ctl,
-								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-		known_levels_session = zks_session_id();
-	}
-	hash_search(known_levels, &key, HASH_ENTER, NULL);
-}
-
-void
-zka_level_answered(const char *path, ZksRc rc)
-{
-	if (rc == ZKS_OK || rc == ZKS_NODEEXISTS)
-		level_remember(path);
-	else if (rc == ZKS_NONODE)
-		levels_forget();		/* a level above went: a reaping pass */
-}
-
-List *
-zka_needed_levels(ZkaAttempt *a, List *paths)
-{
-	for (const char *p = a->parent + 1; *p; p++)
-	{
-		/* every prefix ending before a '/', then the parent itself */
-		if (p[1] == '/' || p[1] == '\0')
-		{
-			char	   *path = pnstrdup(a->parent, p + 1 - a->parent);
-
-			if (level_known(path))
-				pfree(path);
-			else
-				paths = lappend(paths, path);
-		}
-	}
-	return paths;
-}
-
-/*
- * Create the lock parent and every ancestor, as CONTAINER nodes (the server
- * removes them once empty).  Only sent here: the caller sends its create
- * and listing right behind them, so the whole retry is one round trip
- * (ZooKeeper runs a session's requests in order), then checks them with
- * check_parents().
- */
-static void
-send_parents(ZkaAttempt *a, bool include_parent)
-{
-	for (const char *p = a->parent + 1; *p; p++)
-	{
-		/* every prefix ending before a '/', then the parent itself */
-		if (p[1] == '/' || (p[1] == '\0' && include_parent))
-		{
-			char	   *path = pnstrdup(a->parent, p + 1 - a->parent);
-
-			if (level_known(path))
-			{
-				pfree(path);
-				continue;
-			}
-			a->preqs = lappend(a->preqs,
-							   zks_send_create(path, "", 0, ZKS_CONTAINER));
-			a->ppaths = lappend(a->ppaths, path);
-		}
-	}
-}
-
-static void
-done_parents(ZkaAttempt *a)
-{
-	ListCell   *lc;
-
-	foreach(lc, a->preqs)
-		zks_done((ZksRequest *) lfirst(lc));
-	list_free(a->preqs);
-	list_free_deep(a->ppaths);
-	a->preqs = NIL;
-	a->ppaths = NIL;
-}
-
-/*
- * Existing parents are fine; a lost reply is left to the create behind
- * them (it fails the same way); anything else ends the attempt.
- */
-static void
-check_parents(ZkaAttempt *a)
-{
-	ListCell   *lc;
-	ListCell   *pc;
-	ZksRc		failed = ZKS_OK;
-
-	forboth(lc, a->preqs, pc, a->ppaths)
-	{
-		ZksRc		rc = zka_await_reply(a, (ZksRequest *) lfirst(lc));
-		const char *path = (const char *) lfirst(pc);
-
-		zka_level_answered(path, rc);
-		if (rc != ZKS_OK && rc != ZKS_NODEEXISTS &&
-			rc != ZKS_CONNECTION_LOSS && rc != ZKS_NONODE && failed == ZKS_OK)
-			failed = rc;
-	}
-	done_parents(a);
-	if (failed != ZKS_OK)
-		zka_failure(a, ZKA_OP_CREATE_PARENT, failed);
-}
-
-/*
  * After a create whose reply was lost: find the node by its unique prefix
  * and check it belongs to this session.  Adopts it and returns true, or
  * returns false if the create never happened.
@@ -500,8 +324,8 @@ void
 zka_send_create(ZkaAttempt *a)
 {
 	/* an unknown parent's create goes in front, in the same round trip */
-	if (a->preqs == NIL && !level_known(a->parent))
-		send_parents(a, true);
+	if (a->preqs == NIL && !zkp_known(a->parent))
+		zkp_send(a, true);
 	a->creq = zks_send_create(a->create_path, a->data, strlen(a->data),
 							  a->create_mode);
 	if (a->list_after_create)
@@ -516,13 +340,13 @@ zka_complete_create(ZkaAttempt *a)
 		ZksRc		rc;
 
 		if (a->preqs != NIL)
-			check_parents(a);	/* answered first: sent in front */
+			zkp_check(a);	/* answered first: sent in front */
 		rc = zka_await_reply(a, a->creq);
 		if (rc == ZKS_OK)
 		{
 			ZksStat		st;
 
-			level_remember(a->parent);
+			zkp_remember(a->parent);
 			a->node = zks_take_created_path(a->creq);
 			a->name = strrchr(a->node, '/') + 1;
 			zks_get_stat(a->creq, &st);
@@ -542,10 +366,10 @@ zka_complete_create(ZkaAttempt *a)
 			 * node's, back to back: the whole retry is one round trip.
 			 */
 			zka_done_req(&a->creq);
-			levels_forget();	/* what we knew was wrong */
-			send_parents(a, true);
+			zkp_forget_all();	/* what we knew was wrong */
+			zkp_send(a, true);
 			zka_send_create(a);
-			check_parents(a);
+			zkp_check(a);
 		}
 		else if (rc == ZKS_CONNECTION_LOSS)
 		{
@@ -860,7 +684,7 @@ zka_abandon(ZkaAttempt *a)
 	a->creq = a->lreq = a->ereq = a->oreq = NULL;
 	forget_watched(a);
 	zkd_wait_end(&a->dl);
-	done_parents(a);
+	zkp_done(a);
 	if (a->node)
 		zks_delete_async(a->node);
 	if (a->uncertain)
@@ -978,13 +802,13 @@ zka_finish(ZkaAttempt *a)
 	a->creq = a->lreq = a->ereq = a->oreq = NULL;
 	forget_watched(a);
 	zkd_wait_end(&a->dl);
-	done_parents(a);
+	zkp_done(a);
 }
 
 void
 zka_create_ancestors(ZkaAttempt *a)
 {
-	send_parents(a, false);
-	check_parents(a);
+	zkp_send(a, false);
+	zkp_check(a);
 }
 

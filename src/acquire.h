@@ -100,14 +100,7 @@ extern void zka_set_node(ZkaAttempt *a, const char *parent,
  */
 extern void zka_create_ancestors(ZkaAttempt *a);
 
-/*
- * Lock parents and the levels above them known to exist in this session
- * (acquire.c): zka_needed_levels appends to paths, top down, every level
- * of a->parent not known (the parent included); zka_level_answered takes
- * the answer to a level's create (NONODE: a level went, all is forgotten).
- */
-extern List *zka_needed_levels(ZkaAttempt *a, List *paths);
-extern void zka_level_answered(const char *path, ZksRc rc);
+
 
 /* The data every node of this backend carries: one line naming it. */
 extern char *zka_owner_line(void);

@@ -47,6 +47,7 @@
 #include "utils/hsearch.h"
 
 #include "acquire.h"
+#include "parents.h"
 #include "lockset.h"
 #include "zklock.h"
 
@@ -197,7 +198,7 @@ send_levels(LockSet *s, int from, int to, bool singly)
 	for (int i = from; i < to; i++)
 	{
 		ListCell   *lc;
-		List	   *paths = zka_needed_levels(s->atts[i], NIL);
+		List	   *paths = zkp_needed(s->atts[i], NIL);
 
 		foreach(lc, paths)
 		{
@@ -278,7 +279,7 @@ check_levels(LockSet *s, ZkaAttempt *lead)
 		if (rc == ZKS_NODEEXISTS && list_length(lr->paths) > 1)
 			continue;			/* a multi of parents: none made, some there */
 		foreach(pc, lr->paths)
-			zka_level_answered((const char *) lfirst(pc), rc);
+			zkp_answered((const char *) lfirst(pc), rc);
 		if (rc != ZKS_OK && rc != ZKS_NODEEXISTS && rc != ZKS_NONODE &&
 			rc != ZKS_CONNECTION_LOSS && failed == ZKS_OK)
 			failed = rc;
@@ -453,7 +454,7 @@ collect_batch(LockSet *s, Batch *b)
 			/* the nodes are the attempts' now: zka_abandon deletes them */
 			zks_claim(b->mreq);
 			for (int j = 0; j < b->count; j++)
-				zka_level_answered(s->atts[b->first + j]->parent, ZKS_OK);
+				zkp_answered(s->atts[b->first + j]->parent, ZKS_OK);
 			zka_done_req(&b->mreq);
 			break;
 		}
@@ -493,7 +494,7 @@ collect_batch(LockSet *s, Batch *b)
 			zka_done_req(&b->mreq);
 			for (int j = 0; j < b->count; j++)
 				zka_done_req(&s->atts[b->first + j]->lreq);
-			zka_level_answered(lead->parent, ZKS_NONODE);
+			zkp_answered(lead->parent, ZKS_NONODE);
 			send_levels(s, b->first, b->first + b->count, true);
 			send_batch(s, b, b->count);
 			check_levels(s, lead);
