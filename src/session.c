@@ -352,80 +352,6 @@ zks_shutdown(int code, Datum arg)
 }
 
 /*
- * Stack size of libzookeeper's two threads (and of the probe below).  The
- * default is the process's stack limit (8 MB), which a thread or memory
- * limit meets sooner; the threads only run the client's I/O loop, name
- * resolution and our small completions.
- */
-#define ZK_THREAD_STACK (512 * 1024)
-
-static pthread_mutex_t probe_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-static void *
-probe_thread(void *arg)
-{
-	/* wait until the backend has tried to start both threads */
-	pthread_mutex_lock(&probe_mutex);
-	pthread_mutex_unlock(&probe_mutex);
-	return NULL;
-}
-
-/*
- * libzookeeper asserts that pthread_create succeeds (Debian builds keep
- * assertions), so a backend at its thread or memory limit would abort, and
- * PostgreSQL would restart every backend of the cluster.  Start two
- * threads that live at the same time, as libzookeeper's do, and raise
- * ERROR if that fails.  (Another process of the same user could still
- * take the last slot between this probe and zookeeper_init; the probe
- * makes that a narrow race instead of a certainty.)  The third thread,
- * the reply nudge's, is started after them and is optional: the session
- * works without it.
- */
-static void
-check_threads_available(void)
-{
-	pthread_attr_t attr;
-	pthread_t	threads[2];
-	int			started = 0;
-	int			rc = 0;
-	sigset_t	all;
-	sigset_t	old;
-
-	if (pthread_attr_init(&attr) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-				 errmsg("could not start the threads of a ZooKeeper session"),
-				 errdetail("pthread_attr_init failed.")));
-	(void) pthread_attr_setstacksize(&attr, ZK_THREAD_STACK);
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_mutex_lock(&probe_mutex);
-	while (started < 2)
-	{
-		rc = pthread_create(&threads[started], &attr, probe_thread, NULL);
-		if (rc != 0)
-			break;
-		started++;
-	}
-	pthread_mutex_unlock(&probe_mutex);
-	for (int i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
-
-	if (rc != 0)
-	{
-		errno = rc;
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-				 errmsg("could not start the threads of a ZooKeeper session: %m"),
-				 errdetail("A ZooKeeper session needs two threads in this backend; the operating system refused to create them."),
-				 errhint("Check the limits on processes and threads (ulimit -u) and memory of the server's operating-system user.")));
-	}
-}
-
-/*
  * Create the handle.  libzookeeper starts its threads inside
  * zookeeper_init; they inherit the signal mask of the creating thread, so
  * block every signal around it, or PostgreSQL's handlers (which assume the
@@ -453,7 +379,7 @@ open_handle(void)
 	}
 	gave_up_since = 0;
 	/* may raise ERROR: nothing is changed before it */
-	check_threads_available();
+	zks_check_threads_available();
 	identity = zka_read_identity(zklock_auth_file);
 	if (identity != NULL)
 		zka_digest(identity, digest);	/* may raise ERROR, wiping it */
@@ -630,90 +556,6 @@ await_auth(TimestampTz deadline)
 		}
 		zks_sleep_on_latch(deadline, ZKS_WAIT_CONNECTION);
 	}
-}
-
-static long
-ms_until(TimestampTz deadline)
-{
-	long		secs;
-	int			usecs;
-
-	TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
-	return secs * 1000 + usecs / 1000 + (usecs % 1000 ? 1 : 0);
-}
-
-/*
- * What the backend is doing for zklock, set by the layers above (the lock
- * and semaphore calls, the commit check, the deadlock search) and reset
- * at the end of every transaction; it names the wait event of a wait.
- */
-static ZksActivity activity = ZKS_ACTIVITY_NONE;
-
-ZksActivity
-zks_set_activity(ZksActivity a)
-{
-	ZksActivity old = activity;
-
-	activity = a;
-	return old;
-}
-
-/*
- * The wait event a wait of this kind shows in pg_stat_activity during the
- * current activity.  On PostgreSQL 17 and later each has a name of its
- * own (pg_wait_events, type Extension), made at its first use; before,
- * all are "Extension" (pg_compat.h).
- */
-static uint32
-wait_event_for(ZksWaitKind kind)
-{
-	static const char *const names[] = {
-		[ZKS_EV_CONNECT] = "ZklockConnect",
-		[ZKS_EV_REPLY] = "ZklockReply",
-		[ZKS_EV_QUEUE] = "ZklockQueue",
-		[ZKS_EV_SEMAPHORE] = "ZklockSemaphore",
-		[ZKS_EV_COMMIT_CHECK] = "ZklockCommitCheck",
-		[ZKS_EV_DEADLOCK_SEARCH] = "ZklockDeadlockSearch",
-	};
-	static uint32 infos[lengthof(names)];
-	int			ev;
-
-	if (kind == ZKS_WAIT_CONNECTION)
-		ev = ZKS_EV_CONNECT;
-	else if (kind == ZKS_WAIT_NOTIFICATION)
-		ev = activity == ZKS_ACTIVITY_SEMAPHORE ? ZKS_EV_SEMAPHORE : ZKS_EV_QUEUE;
-	else if (activity == ZKS_ACTIVITY_COMMIT)
-		ev = ZKS_EV_COMMIT_CHECK;
-	else if (activity == ZKS_ACTIVITY_DEADLOCK)
-		ev = ZKS_EV_DEADLOCK_SEARCH;
-	else
-		ev = ZKS_EV_REPLY;
-	if (infos[ev] == 0)
-		infos[ev] = zk_wait_event_info(names[ev]);
-	return infos[ev];
-}
-
-/*
- * Sleep on the latch until woken or until the deadline (0: at most a
- * second, to re-check).  Interrupts are processed here.
- */
-void
-zks_sleep_on_latch(TimestampTz deadline, ZksWaitKind kind)
-{
-	long		timeout = 1000;
-
-	if (deadline != 0)
-		timeout = Min(timeout, Max(ms_until(deadline), 0));
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 timeout, wait_event_for(kind));
-	ResetLatch(MyLatch);
-	CHECK_FOR_INTERRUPTS();
-}
-
-bool
-zks_deadline_passed(TimestampTz deadline)
-{
-	return deadline != 0 && GetCurrentTimestamp() >= deadline;
 }
 
 static void

@@ -141,4 +141,16 @@ extern void zkw_node_event_locked(int type, const char *path);
 extern void zkw_session_event_locked(void);
 extern void zkw_forget_all_locked(void);
 
+/*
+ * Stack size of libzookeeper's two threads (and of the probe in
+ * session_threads.c, and of the reply nudge's thread).  The
+ * default is the process's stack limit (8 MB), which a thread or memory
+ * limit meets sooner; the threads only run the client's I/O loop, name
+ * resolution and our small completions.
+ */
+#define ZK_THREAD_STACK (512 * 1024)
+
+/* ERROR 53000 unless this backend can start two threads (session_threads.c). */
+extern void zks_check_threads_available(void);
+
 #endif							/* ZKLOCK_SESSION_INT_H */

@@ -1,0 +1,66 @@
+/*-------------------------------------------------------------------------
+ *
+ * deadlock_int.h
+ *	  What deadlock.c (detection, the victim's confirmation, 40P01) and
+ *	  waitsearch.c (one search of the wait-for graph) share.
+ *
+ * src/deadlock_int.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ZKLOCK_DEADLOCK_INT_H
+#define ZKLOCK_DEADLOCK_INT_H
+
+#include "deadlock.h"
+#include "waitgraph.h"
+
+#define MAX_MEMBERS		64		/* sessions followed in one search */
+#define MAX_EDGES		512
+#define MAX_RECORDS		4096
+
+/* A session met in the search. */
+typedef struct Member
+{
+	int64		session;
+	bool		has_record;		/* waits in zklock: it published */
+	int64		czxid;			/* its record's */
+	bool		known;			/* sysid and pid known */
+	uint64		sysid;
+	int			pid;
+	ZkrMode		mode;			/* what it waits for (with a record) */
+	char	   *resource;
+	char	   *node;
+	char	   *leases;			/* a semaphore's waiter: its leases' parent */
+	bool		queued;
+	struct Record *rec;			/* its record, as read (with a record) */
+} Member;
+
+typedef struct Record
+{
+	int64		session;
+	int64		czxid;
+	int32		version;		/* of its data, as read */
+	char	   *path;
+	char	   *data;			/* as read: written back to wake its waiter */
+	int			len;
+	ZkwRecord	r;
+} Record;
+
+/* Result of a search: the cycle's members, in order, if we are its victim. */
+typedef struct Cycle
+{
+	int			len;
+	Member		m[MAX_MEMBERS];
+	bool		pg_edge[MAX_MEMBERS];	/* edge from m[k] to m[k + 1] */
+	Record	   *other;			/* else: the victim's record, to wake it */
+} Cycle;
+
+/*
+ * One search for a cycle through us (waitsearch.c).  Returns true and
+ * fills *cycle if there is one whose victim is us; otherwise, if there is
+ * one whose victim is another member, cycle->other is that member's
+ * record.  Any trouble asking ZooKeeper makes it return false.
+ */
+extern bool zkd_search(ZkdWait *w, TimestampTz deadline, Cycle *cycle);
+
+#endif							/* ZKLOCK_DEADLOCK_INT_H */

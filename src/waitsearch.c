@@ -1,0 +1,578 @@
+/*-------------------------------------------------------------------------
+ *
+ * waitsearch.c
+ *	  One search of the wait-for graph for deadlock.c: the wait records,
+ *	  the queues and leases they name, the owners of the nodes ahead, and
+ *	  the PostgreSQL-local edges the records list; then the cycle through
+ *	  us, its component and its victim.
+ *
+ * The argument for what a search sees and why every member that reads
+ * the same state builds the same graph is in deadlock.c's head comment.
+ *
+ * src/waitsearch.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+
+#include "deadlock_int.h"
+#include "waitrecord.h"
+
+/*
+ * A queue listed in this search, and its nodes read so far.  Members that
+ * wait in the same queue (a long line of zklock waiters) are followed
+ * from one listing and one read per node: the search then costs requests
+ * in proportion to the queue, not to its square.  Reading a queue once
+ * per search also makes the graph one snapshot of it.  A waiter whose
+ * node was created after that listing is not followed from it; that
+ * cannot hide a cycle from its victim: the victim published its record
+ * last, every member's node exists before the member's record, and the
+ * records are read before any queue, so every member's node is in every
+ * listing the victim's search takes (a member whose node is gone by then
+ * has left the cycle).
+ */
+typedef struct Queue
+{
+	char	   *parent;
+	bool		gone;			/* the parent no longer exists */
+	int			ncs;
+	ZkrContender *cs;			/* zkr_collect's, names in the search's memory */
+	bool	   *read;			/* per contender: asked already */
+	ZksRc	   *rc;				/* ... the answer: ZKS_OK or ZKS_NONODE */
+	ZksStat    *st;
+	char	  **data;
+} Queue;
+
+typedef struct Search
+{
+	Record	   *records;
+	int			nrecords;
+	Queue		q[MAX_MEMBERS];
+	int			nq;
+	Member		m[MAX_MEMBERS];
+	int			n;
+	ZkwEdge		e[MAX_EDGES];
+	bool		pg_edge[MAX_EDGES];
+	int			ne;
+	int			queue[MAX_MEMBERS];
+	int			qhead;
+	int			qtail;
+	TimestampTz deadline;
+	bool		failed;			/* ZooKeeper did not answer as needed */
+} Search;
+
+/* Read every record (one listing, the data sent back to back). */
+static void
+read_records(Search *s)
+{
+	char	   *parent = zkwr_waits_parent();
+	ZksRequest *sreq;
+	ZksRequest *lreq;
+	ZksRequest **gets = NULL;
+	char	  **names = NULL;
+	int			n = 0;
+	ZksRc		rc;
+
+	/*
+	 * A server that lags the leader could still show records of waits
+	 * that have ended (and the queues as they were): sync it first, in
+	 * the same round trip, so that a search sees the ensemble as of now.
+	 */
+	sreq = zks_send_sync(parent);
+	lreq = zks_send_children(parent, false);
+	rc = zks_wait(sreq, s->deadline);
+	zks_done(sreq);
+	if (rc != ZKS_OK)
+	{
+		zks_done(lreq);
+		s->failed = true;
+		return;
+	}
+	rc = zks_wait(lreq, s->deadline);
+	if (rc == ZKS_OK)
+		names = zks_get_children(lreq, &n);
+	zks_done(lreq);
+	if (rc != ZKS_OK)
+	{
+		s->failed = true;
+		return;
+	}
+	n = Min(n, MAX_RECORDS);
+	s->records = palloc0(sizeof(Record) * Max(n, 1));
+	gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
+	PG_TRY();
+	{
+		for (int i = 0; i < n; i++)
+			gets[i] = zks_send_get(psprintf("%s/%s", parent, names[i]));
+		for (int i = 0; i < n; i++)
+		{
+			Record	   *rec = &s->records[s->nrecords];
+			ZksStat		st;
+			char	   *data;
+			int			len;
+			char	   *end;
+
+			rc = zks_wait(gets[i], s->deadline);
+			if (rc == ZKS_NONODE)
+				continue;		/* its wait ended meanwhile */
+			if (rc != ZKS_OK)
+			{
+				s->failed = true;
+				break;
+			}
+			zks_get_stat(gets[i], &st);
+			data = zks_get_data(gets[i], &len);
+			rec->session = (int64) strtoull(names[i], &end, 16);
+			if (*end != '\0' || rec->session != st.ephemeral_owner ||
+				!zkw_parse_record(data, len, &rec->r))
+				continue;		/* not a record of ours */
+			rec->czxid = st.czxid;
+			rec->version = st.version;
+			rec->path = psprintf("%s/%s", parent, names[i]);
+			rec->data = data;
+			rec->len = len;
+			s->nrecords++;
+		}
+	}
+	PG_FINALLY();
+	{
+		for (int i = 0; i < n; i++)
+			zks_done(gets[i]);
+	}
+	PG_END_TRY();
+}
+
+static Record *
+record_of_session(Search *s, int64 session)
+{
+	for (int i = 0; i < s->nrecords; i++)
+		if (s->records[i].session == session)
+			return &s->records[i];
+	return NULL;
+}
+
+/* The member for session, added (and queued) if new; -1 if full. */
+static int
+member(Search *s, int64 session)
+{
+	Member	   *m;
+	Record	   *rec;
+
+	for (int i = 0; i < s->n; i++)
+		if (s->m[i].session == session)
+			return i;
+	if (s->n == MAX_MEMBERS)
+		return -1;
+	m = &s->m[s->n];
+	memset(m, 0, sizeof(Member));
+	m->session = session;
+	rec = record_of_session(s, session);
+	if (rec != NULL)
+	{
+		m->rec = rec;
+		m->has_record = true;
+		m->czxid = rec->czxid;
+		m->known = true;
+		m->sysid = rec->r.sysid;
+		m->pid = rec->r.pid;
+		m->mode = rec->r.mode;
+		m->node = pnstrdup(rec->r.node, rec->r.node_len);
+		m->resource = pnstrdup(rec->r.resource, rec->r.resource_len);
+		if (rec->r.leases != NULL)
+			m->leases = pnstrdup(rec->r.leases, rec->r.leases_len);
+		m->queued = true;
+		s->queue[s->qtail++] = s->n;
+	}
+	return s->n++;
+}
+
+static void
+add_edge(Search *s, int from, int to, bool pg)
+{
+	if (from < 0 || to < 0 || s->ne == MAX_EDGES)
+		return;
+	for (int i = 0; i < s->ne; i++)
+		if (s->e[i].from == from && s->e[i].to == to)
+			return;
+	s->e[s->ne].from = from;
+	s->e[s->ne].to = to;
+	s->pg_edge[s->ne] = pg;
+	s->ne++;
+}
+
+/*
+ * A zklock holder (a member without a record, of cluster sysid, backend
+ * pid): the records that list it as waiting for their waiter in its
+ * cluster's lock manager give its PostgreSQL-local edges.  Only records
+ * are asked, never this backend's own lock manager, so that every
+ * member's search builds the same graph (see the head comment).
+ */
+static void
+pg_edges_from(Search *s, int holder, uint64 sysid, int pid)
+{
+	for (int i = 0; i < s->nrecords; i++)
+	{
+		const ZkwRecord *r = &s->records[i].r;
+
+		if (r->sysid != sysid)
+			continue;
+		for (int k = 0; k < r->nblocked; k++)
+			if (r->blocked[k] == pid)
+				add_edge(s, holder, member(s, s->records[i].session), true);
+	}
+}
+
+/* Owner line of a zklock node: "zklock host=... sysid=N pid=P ..." */
+bool
+zkd_parse_owner(const char *data, uint64 *sysid, int *pid)
+{
+	const char *s;
+	const char *p;
+
+	if (strncmp(data, "zklock ", 7) != 0 ||
+		(s = strstr(data, " sysid=")) == NULL ||
+		(p = strstr(data, " pid=")) == NULL)
+		return false;
+	*sysid = strtoull(s + 7, NULL, 10);
+	*pid = (int) strtol(p + 5, NULL, 10);
+	return *pid > 0;
+}
+
+/*
+ * The queue under parent, listed the first time a search meets it; NULL
+ * if it cannot be listed now (s->failed set) or the search is full.
+ */
+static Queue *
+queue_of(Search *s, const char *parent)
+{
+	Queue	   *q;
+	ZksRequest *lreq;
+	char	  **children = NULL;
+	int			nchildren = 0;
+	ZksRc		rc;
+
+	for (int i = 0; i < s->nq; i++)
+		if (strcmp(s->q[i].parent, parent) == 0)
+			return &s->q[i];
+	if (s->nq == MAX_MEMBERS)
+		return NULL;
+
+	lreq = zks_send_children(parent, false);
+	rc = zks_wait(lreq, s->deadline);
+	if (rc == ZKS_OK)
+		children = zks_get_children(lreq, &nchildren);
+	zks_done(lreq);
+	if (rc != ZKS_OK && rc != ZKS_NONODE)
+	{
+		s->failed = true;
+		return NULL;
+	}
+
+	q = &s->q[s->nq++];
+	memset(q, 0, sizeof(Queue));
+	q->parent = pstrdup(parent);
+	q->gone = (rc == ZKS_NONODE);
+	q->cs = palloc(sizeof(ZkrContender) * Max(nchildren, 1));
+	q->ncs = zkr_collect((const char *const *) children, nchildren, q->cs);
+	q->read = palloc0(sizeof(bool) * Max(q->ncs, 1));
+	q->rc = palloc0(sizeof(ZksRc) * Max(q->ncs, 1));
+	q->st = palloc0(sizeof(ZksStat) * Max(q->ncs, 1));
+	q->data = palloc0(sizeof(char *) * Max(q->ncs, 1));
+	return q;
+}
+
+/*
+ * Read the nodes of q at the indexes idx[] not read yet in this search:
+ * their owners (ephemeralOwner) and data, the requests sent back to back.
+ */
+static void
+read_nodes(Search *s, Queue *q, const int *idx, int n)
+{
+	ZksRequest **gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
+
+	PG_TRY();
+	{
+		for (int i = 0; i < n; i++)
+			if (!q->read[idx[i]])
+				gets[i] = zks_send_get(psprintf("%s/%s", q->parent,
+												q->cs[idx[i]].name));
+		for (int i = 0; i < n && !s->failed; i++)
+		{
+			int			c = idx[i];
+			ZksRc		rc;
+			int			len;
+
+			if (gets[i] == NULL)
+				continue;
+			rc = zks_wait(gets[i], s->deadline);
+			if (rc != ZKS_OK && rc != ZKS_NONODE)
+			{
+				s->failed = true;
+				break;
+			}
+			q->read[c] = true;
+			q->rc[c] = rc;
+			if (rc == ZKS_OK)
+			{
+				zks_get_stat(gets[i], &q->st[c]);
+				q->data[c] = zks_get_data(gets[i], &len);
+			}
+		}
+	}
+	PG_FINALLY();
+	{
+		for (int i = 0; i < n; i++)
+			zks_done(gets[i]);
+	}
+	PG_END_TRY();
+}
+
+static void expand_semaphore(Search *s, int u);
+
+/*
+ * u waits for a node of session owner, whose data is data: the edge, and
+ * for a session met for the first time without a record (a holder), the
+ * PostgreSQL-local edges the records give it.
+ */
+static void
+meet_owner(Search *s, int u, int64 owner, const char *data)
+{
+	int			v;
+	uint64		sysid;
+	int			pid;
+
+	if (owner == s->m[u].session || owner == 0)
+		return;					/* its own node, or no session's */
+	v = member(s, owner);
+	if (v < 0)
+		return;
+	add_edge(s, u, v, false);
+	if (!s->m[v].known && zkd_parse_owner(data, &sysid, &pid))
+	{
+		s->m[v].known = true;
+		s->m[v].sysid = sysid;
+		s->m[v].pid = pid;
+		if (!s->m[v].has_record && !s->m[v].queued)
+		{
+			s->m[v].queued = true;
+			pg_edges_from(s, v, sysid, pid);
+		}
+	}
+}
+
+/* Edges out of waiting member u: the owners of the contenders ahead. */
+static void
+expand(Search *s, int u)
+{
+	const char *node = s->m[u].node;
+	const char *slash = strrchr(node, '/');
+	Queue	   *q;
+	int64	   *nobody;
+	int		   *ahead;
+	int			nahead;
+	int			me;
+
+	if (s->m[u].leases != NULL)
+	{
+		expand_semaphore(s, u);
+		return;
+	}
+	if (slash == NULL || slash == node)
+		return;
+	q = queue_of(s, pnstrdup(node, slash - node));
+	if (q == NULL || q->gone)
+		return;					/* (its queue is gone: no longer waits) */
+
+	nobody = palloc0(sizeof(int64) * Max(q->ncs, 1));
+	ahead = palloc(sizeof(int) * (Max(q->ncs, 1) + 1));
+	/* by position and mode first; whose they are is asked below */
+	nahead = zkw_blockers(q->cs, nobody, q->ncs, slash + 1, s->m[u].mode, -1,
+						  ahead);
+	if (nahead <= 0)
+		return;					/* granted meanwhile, or gone */
+
+	/*
+	 * The waiting node must be the member's own: a record naming another
+	 * session's node (one written by hand, see README) waits for nothing.
+	 */
+	for (me = 0; me < q->ncs; me++)
+		if (strcmp(q->cs[me].name, slash + 1) == 0)
+			break;
+	ahead[nahead] = me;
+	read_nodes(s, q, ahead, nahead + 1);
+	if (s->failed || q->rc[me] != ZKS_OK ||
+		q->st[me].ephemeral_owner != s->m[u].session)
+		return;
+	for (int i = 0; i < nahead && !s->failed; i++)
+	{
+		int			c = ahead[i];
+
+		if (q->rc[c] == ZKS_OK)
+			meet_owner(s, u, q->st[c].ephemeral_owner, q->data[c]);
+	}
+}
+
+/*
+ * Edges out of a semaphore's waiter u: it waits for room, that is for any
+ * one of the leases under its leases' parent to go (kazoo and Curator
+ * alike).  An edge to each lease's owner; search() treats u as waiting for
+ * all of them at once only where that is certain (see there).
+ */
+static void
+expand_semaphore(Search *s, int u)
+{
+	Member	   *mu = &s->m[u];
+	ZksRequest *own;
+	ZksRequest *lreq;
+	ZksRequest **gets = NULL;
+	char	  **volatile names = NULL;
+	int			n = 0;
+	ZksRc		orc;
+	ZksRc		lrc;
+
+	/* the node it holds must be its own; its leases, one listing */
+	own = zks_send_get(mu->node);
+	lreq = zks_send_children(mu->leases, false);
+	orc = zks_wait(own, s->deadline);
+	lrc = zks_wait(lreq, s->deadline);
+	if (orc == ZKS_OK)
+	{
+		ZksStat		st;
+
+		zks_get_stat(own, &st);
+		if (st.ephemeral_owner != mu->session)
+			orc = ZKS_NONODE;	/* not its node: it waits for nothing */
+	}
+	if (lrc == ZKS_OK)
+		names = zks_get_children(lreq, &n);
+	zks_done(own);
+	zks_done(lreq);
+	if ((orc != ZKS_OK && orc != ZKS_NONODE) ||
+		(lrc != ZKS_OK && lrc != ZKS_NONODE))
+	{
+		s->failed = true;
+		return;
+	}
+	if (orc != ZKS_OK || lrc != ZKS_OK)
+		return;					/* its wait is over */
+
+	gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
+	PG_TRY();
+	{
+		for (int i = 0; i < n; i++)
+			gets[i] = zks_send_get(psprintf("%s/%s", mu->leases, names[i]));
+		for (int i = 0; i < n && !s->failed; i++)
+		{
+			ZksRc		rc = zks_wait(gets[i], s->deadline);
+			ZksStat		st;
+			int			len;
+
+			if (rc == ZKS_NONODE)
+				continue;		/* gone meanwhile: room is coming */
+			if (rc != ZKS_OK)
+			{
+				s->failed = true;
+				break;
+			}
+			zks_get_stat(gets[i], &st);
+			meet_owner(s, u, st.ephemeral_owner, zks_get_data(gets[i], &len));
+		}
+	}
+	PG_FINALLY();
+	{
+		for (int i = 0; i < n; i++)
+			zks_done(gets[i]);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Search for a cycle through us.  Returns true and fills *cycle if there
+ * is one whose victim is us.
+ */
+bool
+zkd_search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
+{
+	Search	   *s = palloc0(sizeof(Search));
+	ZkwVertex  *v;
+	int		   *cyc;
+	int			len;
+	int			victim;
+
+	s->deadline = deadline;
+	read_records(s);
+	if (s->failed)
+		return false;
+	if (record_of_session(s, zks_session_id()) == NULL)
+	{
+		/*
+		 * Our record is gone (a sweep for an earlier create of it whose
+		 * reply was lost can delete it): publish it again next time.
+		 */
+		w->record = NULL;
+		return false;
+	}
+	(void) member(s, zks_session_id());	/* index 0: us */
+	while (s->qhead < s->qtail && !s->failed)
+	{
+		CHECK_FOR_INTERRUPTS();
+		expand(s, s->queue[s->qhead++]);
+	}
+	if (s->failed)
+		return false;
+
+	v = palloc(sizeof(ZkwVertex) * s->n);
+	for (int i = 0; i < s->n; i++)
+	{
+		v[i].session = s->m[i].session;
+		v[i].has_record = s->m[i].has_record;
+		v[i].record_czxid = s->m[i].czxid;
+	}
+	cyc = palloc(sizeof(int) * s->n);
+	len = zkw_find_cycle(s->n, s->e, s->ne, 0, cyc);
+	if (len == 0)
+		return false;
+
+	/*
+	 * The victim is chosen over everything on a cycle with us (our
+	 * strongly connected component), not over the one cycle the search
+	 * happened to find: where cycles overlap, members that found
+	 * different cycles still agree.
+	 */
+	{
+		int		   *comp = palloc(sizeof(int) * s->n);
+		int			ncomp = zkw_component(s->n, s->e, s->ne, 0, comp);
+		bool	   *any_of = palloc0(sizeof(bool) * s->n);
+
+		/* a semaphore's waiter needs only one of its holders to go */
+		for (int i = 0; i < s->n; i++)
+			any_of[i] = (s->m[i].leases != NULL);
+		if (!zkw_certain(s->n, s->e, s->ne, comp, ncomp, any_of))
+			return false;
+
+		victim = zkw_victim(v, comp, ncomp);
+		if (victim < 0)
+			return false;
+		if (comp[victim] != 0)
+		{
+			/* another member acts: the caller wakes it */
+			cycle->other = record_of_session(s, s->m[comp[victim]].session);
+			return false;
+		}
+	}
+
+	cycle->len = len;
+	for (int k = 0; k < len; k++)
+	{
+		int			next = cyc[(k + 1) % len];
+
+		cycle->m[k] = s->m[cyc[k]];
+		cycle->pg_edge[k] = false;
+		for (int i = 0; i < s->ne; i++)
+			if (s->e[i].from == cyc[k] && s->e[i].to == next)
+				cycle->pg_edge[k] = s->pg_edge[i];
+	}
+	return true;
+}
