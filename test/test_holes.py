@@ -624,6 +624,7 @@ def test_settings_defaults(ctx):
         'zklock.auth_file': '',
         'zklock.connect_timeout': '5000',
         'zklock.hosts': '127.0.0.1:2181',
+        'zklock.log_lock_waits': 'on',
         'zklock.protocol': 'curator-rw',
         'zklock.reply_nudge_delay': '20',
         'zklock.root': '/zklock',
