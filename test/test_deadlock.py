@@ -275,75 +275,69 @@ def row(b, rid):
     return b.submit('UPDATE dl_rows SET v = v + 1 WHERE id = %s', [rid])
 
 
-def test_cycle_through_a_row_lock_of_another_cluster(ctx):
+def far_cycle(ctx, tag, rid, last):
     """X (cluster 0) waits for zklock r1 held by H (cluster 1); H waits for
-    a row lock held by W (cluster 1); W waits for zklock r2 held by X.  X
-    waits last, so its record is the youngest: the old rule named X, whose
-    search cannot see H's wait on cluster 1, and nobody acted.  W's record
-    now lists H as waiting for it, so X sees the cycle: exactly one 40P01
-    (X's), the others proceed."""
-    tag = 'dl-far-%d' % (int(time.time() * 1000) % 100000)
+    a row lock held by W (cluster 1); W waits for zklock r2 held by X.  The
+    member named by `last` ('x' or 'w') asks for its lock last, so its
+    record is the youngest and it must be the one 40P01; the others then
+    proceed in the chain's order."""
+    tag = '%s-%d' % (tag, int(time.time() * 1000) % 100000)
     r1, r2 = tag + '/r1', tag + '/r2'
-    x = on(ctx, 0, 'dl-far-x')
-    h = on(ctx, 1, 'dl-far-h')
-    w = on(ctx, 1, 'dl-far-w')
+    x = on(ctx, 0, tag + '-x')
+    h = on(ctx, 1, tag + '-h')
+    w = on(ctx, 1, tag + '-w')
     for b in (x, h, w):
         b.query('BEGIN')
-    w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 2')
+    w.query('UPDATE dl_rows SET v = v + 1 WHERE id = %s', [rid])
     token_of(x.submit('SELECT zk_lock_exclusive(%s)', [r2]), 15)
     token_of(h.submit('SELECT zk_lock_exclusive(%s)', [r1]), 15)
-    fw = w.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r2, LONG])
-    ctx.zi.wait_contenders(r2, 2)
-    fh = row(h, 2)
+    asks = {'x': (x, r1), 'w': (w, r2)}
+    first = 'w' if last == 'x' else 'x'
+    futs = {}
+    b, r = asks[first]
+    futs[first] = b.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r, LONG])
+    ctx.zi.wait_contenders(r, 2)
+    futs['h'] = row(h, rid)
     harness.wait_until(lambda: in_lock_wait(ctx, 1, h.pid),
                        10, 'H waits for the row lock')
-    fx = x.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r1, LONG])
-    ctx.zi.wait_contenders(r1, 2)
-    name, err, elapsed = first_victim(ctx, {'x': fx, 'w': fw, 'h': fh},
-                                      'X waits last')
-    ctx.figure('cycle through a row lock of another cluster: 40P01 after',
-               round(elapsed, 2), 's')
-    assert name == 'x', name
+    b, r = asks[last]
+    futs[last] = b.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r, LONG])
+    ctx.zi.wait_contenders(r, 2)
+    name, err, elapsed = first_victim(ctx, futs, '%s waits last' % last.upper())
+    assert name == last, name
     assert 'PostgreSQL lock' in (err.diag.message_detail or ''), \
         err.diag.message_detail
-    x.query('ROLLBACK')
-    token_of(fw, 15, 'W after the victim')
-    w.query('COMMIT')
-    fh.result(15)
-    h.query('COMMIT')
+    if last == 'x':
+        x.query('ROLLBACK')
+        token_of(futs['w'], 15, 'W after the victim')
+        w.query('COMMIT')
+        futs['h'].result(15)
+        h.query('COMMIT')
+    else:
+        w.query('ROLLBACK')
+        futs['h'].result(15)
+        h.query('COMMIT')
+        token_of(futs['x'], 15, 'X after the victim')
+        x.query('COMMIT')
     settle(ctx, [r1, r2])
+    return elapsed
+
+
+def test_cycle_through_a_row_lock_of_another_cluster(ctx):
+    """X waits last, so its record is the youngest: the old rule named X,
+    whose search cannot see H's wait on cluster 1, and nobody acted.  W's
+    record now lists H as waiting for it, so X sees the cycle: exactly one
+    40P01 (X's), the others proceed."""
+    elapsed = far_cycle(ctx, 'dl-far', 2, 'x')
+    ctx.figure('cycle through a row lock of another cluster: 40P01 after',
+               round(elapsed, 2), 's')
 
 
 def test_cycle_through_a_row_lock_of_another_cluster_mirrored(ctx):
     """The same cycle with W waiting last: W (which sees H's wait on its
     own cluster) is the youngest and the victim; X proceeds."""
-    tag = 'dl-mirror-%d' % (int(time.time() * 1000) % 100000)
-    r1, r2 = tag + '/r1', tag + '/r2'
-    x = on(ctx, 0, 'dl-mir-x')
-    h = on(ctx, 1, 'dl-mir-h')
-    w = on(ctx, 1, 'dl-mir-w')
-    for b in (x, h, w):
-        b.query('BEGIN')
-    w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 3')
-    token_of(x.submit('SELECT zk_lock_exclusive(%s)', [r2]), 15)
-    token_of(h.submit('SELECT zk_lock_exclusive(%s)', [r1]), 15)
-    fx = x.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r1, LONG])
-    ctx.zi.wait_contenders(r1, 2)
-    fh = row(h, 3)
-    harness.wait_until(lambda: in_lock_wait(ctx, 1, h.pid),
-                       10, 'H waits for the row lock')
-    fw = w.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r2, LONG])
-    ctx.zi.wait_contenders(r2, 2)
-    name, err, elapsed = first_victim(ctx, {'x': fx, 'w': fw, 'h': fh},
-                                      'W waits last')
+    elapsed = far_cycle(ctx, 'dl-mir', 3, 'w')
     ctx.figure('mirrored: 40P01 after', round(elapsed, 2), 's')
-    assert name == 'w', name
-    w.query('ROLLBACK')
-    fh.result(15)
-    h.query('COMMIT')
-    token_of(fx, 15, 'X after the victim')
-    x.query('COMMIT')
-    settle(ctx, [r1, r2])
 
 
 def test_local_edge_closing_late_wakes_the_victim(ctx):
