@@ -47,6 +47,7 @@ PG_FUNCTION_INFO_V1(zk_stat_cluster);
 PG_FUNCTION_INFO_V1(zk_stat_reset);
 
 int			zklock_stat_max_names = 1000;
+bool		zklock_track_stats = true;
 
 /* The kinds of zk_stat_locks.kind, indexed by ZkrMode. */
 #define NKINDS 4
@@ -159,6 +160,21 @@ stats_shmem_startup(void)
 void
 zkst_init(void)
 {
+	/*
+	 * Superuser-only, as PostgreSQL's track_counts is: a user must not be
+	 * able to hide their own waits from the DBA's figures.  Defined with
+	 * or without preloading so that a setting in postgresql.conf is never
+	 * a placeholder.
+	 */
+	DefineCustomBoolVariable("zklock.track_stats",
+							 "Collects zklock's cumulative lock statistics.",
+							 "Off, a backend's lock calls are not counted in zk_stat_locks and zk_stat_cluster.",
+							 &zklock_track_stats,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	/*
 	 * A PGC_POSTMASTER setting can only be defined while the server
 	 * starts; loaded later, zklock has no table to size.
@@ -298,7 +314,7 @@ count(const char *resource, ZkrMode mode, StatEvent ev, bool waited, int64 us)
 	int64		new_expirations;
 	TimestampTz now;
 
-	if (shared == NULL || stat_table == NULL)
+	if (shared == NULL || stat_table == NULL || !zklock_track_stats)
 		return;
 
 	memset(&key, 0, sizeof(key));

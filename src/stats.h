@@ -29,6 +29,7 @@ typedef enum ZkstFailure
 } ZkstFailure;
 
 extern int	zklock_stat_max_names;
+extern bool zklock_track_stats;
 
 /* Settings and shared-memory hooks; from _PG_init. */
 extern void zkst_init(void);

@@ -630,5 +630,6 @@ def test_settings_defaults(ctx):
         'zklock.root': '/zklock',
         'zklock.session_locks': 'on',
         'zklock.session_timeout': '10000',
+        'zklock.track_stats': 'on',
         'zklock.verify_at_commit': 'on',
     }, got
