@@ -16,8 +16,9 @@
  * leaves counters that are merely one event short (the LWLock is released
  * at process exit; no pointer or list is ever half-updated, since the
  * dynahash table is changed only by hash_search under the lock).  A full
- * table makes room by evicting the least recently used name; the cluster
- * row counts evictions, and its totals include evicted names.
+ * table makes room by evicting the least recently used 5 % of its rows
+ * (statevict.c); the cluster row counts evictions, and its totals include
+ * evicted names.
  *
  * Names are stored in UTF-8, as ZooKeeper sees them, so that databases of
  * different encodings count one lock once.
@@ -40,6 +41,7 @@
 #include "utils/timestamp.h"
 
 #include "session.h"
+#include "statevict.h"
 #include "stats.h"
 
 PG_FUNCTION_INFO_V1(zk_stat_locks);
@@ -113,6 +115,9 @@ static shmem_startup_hook_type prev_shmem_startup = NULL;
 /* this backend's session counters already added to the cluster row */
 static uint64 seen_reconnects = 0;
 static uint64 seen_expirations = 0;
+
+/* this backend's buffer for an eviction's selection (see evict_oldest) */
+static uint64 *evict_clocks = NULL;
 
 static Size
 stats_size(void)
@@ -279,24 +284,45 @@ count_session_events(void)
 	LWLockRelease(shared->lock);
 }
 
-/* The least recently used row goes; called with the lock held. */
+/*
+ * Room for a new row: the least recently used 5 % go (statevict.c says
+ * why not one); called with the lock held.  clocks is this backend's
+ * buffer of zklock_stat_max_names entries, allocated before the lock was
+ * taken; without one (the table filled up between the unlocked look and
+ * the lock) only the least recently used row goes.
+ */
 static void
-evict_one(void)
+evict_oldest(uint64 *clocks)
 {
 	HASH_SEQ_STATUS status;
 	StatEntry  *e;
 	StatEntry  *oldest = NULL;
+	uint64		bound;
+	int			n = 0;
 
 	hash_seq_init(&status, stat_table);
 	while ((e = (StatEntry *) hash_seq_search(&status)) != NULL)
+	{
 		if (oldest == NULL || e->last_used < oldest->last_used)
 			oldest = e;
-	if (oldest != NULL &&
-		hash_search(stat_table, &oldest->key, HASH_REMOVE, NULL) != NULL)
-	{
-		shared->nentries--;
-		shared->evictions++;
+		if (clocks != NULL && n < zklock_stat_max_names)
+			clocks[n++] = e->last_used;
 	}
+	if (oldest == NULL)
+		return;
+	bound = clocks != NULL ?
+		zkst_evict_bound(clocks, n, zkst_evict_count(zklock_stat_max_names)) :
+		oldest->last_used;
+
+	/* removing the entry just returned is what dynahash allows */
+	hash_seq_init(&status, stat_table);
+	while ((e = (StatEntry *) hash_seq_search(&status)) != NULL)
+		if (e->last_used <= bound &&
+			hash_search(stat_table, &e->key, HASH_REMOVE, NULL) != NULL)
+		{
+			shared->nentries--;
+			shared->evictions++;
+		}
 }
 
 /*
@@ -326,6 +352,16 @@ count(const char *resource, ZkrMode mode, StatEvent ev, bool waited, int64 us)
 
 	take_session_events(&new_reconnects, &new_expirations);
 
+	/*
+	 * The eviction buffer, once the table is nearly full (an unlocked look
+	 * at an int: at worst a stale hint).  Allocated here because nothing
+	 * under the lock may raise.
+	 */
+	if (evict_clocks == NULL &&
+		shared->nentries >= zklock_stat_max_names - zklock_stat_max_names / 10)
+		evict_clocks = MemoryContextAlloc(TopMemoryContext,
+										  sizeof(uint64) * zklock_stat_max_names);
+
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	{
 		StatEntry  *e;
@@ -339,7 +375,7 @@ count(const char *resource, ZkrMode mode, StatEvent ev, bool waited, int64 us)
 		if (e == NULL)
 		{
 			if (shared->nentries >= zklock_stat_max_names)
-				evict_one();
+				evict_oldest(evict_clocks);
 			e = (StatEntry *) hash_search(stat_table, &key, HASH_ENTER_NULL,
 										  &found);
 			if (e != NULL && !found)

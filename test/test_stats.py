@@ -5,7 +5,7 @@ zk_stat_cluster, zk_stat_reset and zklock.log_lock_waits.
 The statistics live in shared memory, so this module starts clusters of
 its own that preload zklock (shared_preload_libraries), on the suite's
 ZooKeeper: "stats" (deadlock_timeout 200 ms, so that waits are logged
-quickly) and "stats-small" (zklock.stat_max_names = 10, for eviction).
+quickly) and "stats-small" (zklock.stat_max_names = 40, for eviction).
 The suite's main cluster does not preload zklock: there the functions
 fail with 55000.  Every figure is checked exactly against a scripted
 workload.
@@ -48,7 +48,7 @@ def module_setup(ctx):
     ctx.shared.clusters = []
     ctx.shared.pg = preloaded_cluster(ctx, 'stats')
     ctx.shared.small = preloaded_cluster(ctx, 'stats-small',
-                                         {'zklock.stat_max_names': '10'})
+                                         {'zklock.stat_max_names': '40'})
 
 
 def module_teardown(ctx):
@@ -203,23 +203,26 @@ def test_reset_one_name_and_all(ctx):
 
 
 def test_eviction_least_recently_used(ctx):
-    """stat_max_names = 10: 12 names keep the 10 last used; a name used
-    again stays when the next new one comes."""
+    """stat_max_names = 40: a full table gives up its least recently used
+    5 % (2 rows) at once.  42 names keep the 40 last used; a name used
+    again stays when the next new ones come."""
     s = on(ctx, 'st-small', cluster=ctx.shared.small)
     s.query('SELECT zk_stat_reset()')
-    for i in range(12):
+    for i in range(42):
         s.query('SELECT zk_lock_exclusive(%s)', ['st-ev-%02d' % i])
     names = "SELECT name FROM zk_stat_locks ORDER BY 1"
+    # the 41st name evicted 00 and 01 at once; the 42nd found room
     assert [r[0] for r in s.query(names)] == \
-        ['st-ev-%02d' % i for i in range(2, 12)]
+        ['st-ev-%02d' % i for i in range(2, 42)]
     assert s.query('SELECT names_tracked, evictions, acquisitions '
-                   'FROM zk_stat_cluster') == [(10, 2, 12)]
+                   'FROM zk_stat_cluster') == [(40, 2, 42)]
     s.query('SELECT zk_lock_exclusive(%s)', ['st-ev-02'])
-    s.query('SELECT zk_lock_exclusive(%s)', ['st-ev-12'])
+    s.query('SELECT zk_lock_exclusive(%s)', ['st-ev-42'])
+    s.query('SELECT zk_lock_exclusive(%s)', ['st-ev-43'])
     got = [r[0] for r in s.query(names)]
-    assert 'st-ev-02' in got and 'st-ev-03' not in got, got
+    assert got == ['st-ev-02'] + ['st-ev-%02d' % i for i in range(5, 44)], got
     assert s.query('SELECT names_tracked, evictions FROM zk_stat_cluster') \
-        == [(10, 3)]
+        == [(40, 4)]
 
 
 def log_after(pg, offset, text, timeout=10):

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "recipe.h"
+#include "statevict.h"
 #include "waitgraph.h"
 
 static int	n_tests = 0;
@@ -1821,6 +1822,73 @@ test_semaphores(void)
 	   "mode name: semaphore");
 }
 
+/* ----------------------------------------------------------------
+ * statevict: which rows a full statistics table gives up
+ * ----------------------------------------------------------------
+ */
+
+/* a shuffle of 1..n, from a fixed seed: deterministic runs */
+static void
+shuffled_clocks(uint64_t *a, int n, unsigned seed)
+{
+	for (int i = 0; i < n; i++)
+		a[i] = (uint64_t) i + 1;
+	for (int i = n - 1; i > 0; i--)
+	{
+		int			j;
+		uint64_t	t;
+
+		seed = seed * 1103515245u + 12345u;
+		j = (int) ((seed >> 8) % (unsigned) (i + 1));
+		t = a[i];
+		a[i] = a[j];
+		a[j] = t;
+	}
+}
+
+static void
+test_statevict(void)
+{
+	static uint64_t a[5000];
+	int			sizes[] = {1, 2, 3, 10, 19, 20, 21, 1000, 5000};
+	bool		all = true;
+
+	ok(zkst_evict_count(10) == 1 && zkst_evict_count(19) == 1 &&
+	   zkst_evict_count(20) == 1 && zkst_evict_count(1000) == 50 &&
+	   zkst_evict_count(1000000) == 50000,
+	   "evict count: 5 %% of the table, at least one");
+
+	/* every k of every size, over shuffled distinct clocks: the k-th smallest */
+	for (int s = 0; s < (int) (sizeof(sizes) / sizeof(sizes[0])); s++)
+	{
+		int			n = sizes[s];
+
+		for (int k = 1; k <= n; k += (n > 100 ? 97 : 1))
+		{
+			shuffled_clocks(a, n, (unsigned) (n * 31 + k));
+			if (zkst_evict_bound(a, n, k) != (uint64_t) k)
+			{
+				all = false;
+				diag("n=%d k=%d: bound wrong", n, k);
+			}
+		}
+	}
+	ok(all, "evict bound: the k-th smallest clock for every k, sizes 1..5000");
+
+	/* already sorted and reversed (hash order may be either) */
+	for (int i = 0; i < 1000; i++)
+		a[i] = (uint64_t) (1000 + i);
+	ok(zkst_evict_bound(a, 1000, 50) == 1049, "evict bound: sorted input");
+	for (int i = 0; i < 1000; i++)
+		a[i] = (uint64_t) (2000 - i);
+	ok(zkst_evict_bound(a, 1000, 50) == 1050, "evict bound: reversed input");
+
+	/* k out of range is clamped, never read past the array */
+	shuffled_clocks(a, 10, 7);
+	ok(zkst_evict_bound(a, 10, 0) == 1 && zkst_evict_bound(a, 10, 11) == 10,
+	   "evict bound: k clamped to 1..n");
+}
+
 int
 main(void)
 {
@@ -1836,6 +1904,7 @@ main(void)
 	test_mark_holding();
 	test_waitgraph();
 	test_semaphores();
+	test_statevict();
 
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)
