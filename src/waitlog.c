@@ -156,12 +156,20 @@ holder_data(TimestampTz deadline)
 	return read_holder(zks_send_get(w_holder), limit);
 }
 
-/* Split an owner line ("zklock host=H port=P sysid=S pid=N ..."). */
+/*
+ * Split an owner line ("zklock host=H port=P sysid=S pid=N ...
+ * application_name=A").  The application name is the rest of the line
+ * (it may hold spaces); it comes from another client's node, so it is cut
+ * at NAMEDATALEN and anything but printable ASCII becomes '?' before it
+ * reaches the server log (PostgreSQL cleans its own application_name the
+ * same way), and a line without one (an older zklock) gives "".
+ */
 static bool
 parse_owner_line(const char *data, char *host, size_t hostlen,
-				 uint64 *sysid, int *pid)
+				 char *app, size_t applen, uint64 *sysid, int *pid)
 {
 	const char *h;
+	const char *a;
 	size_t		n;
 
 	if (data == NULL || !zkd_parse_owner(data, sysid, pid) ||
@@ -173,6 +181,18 @@ parse_owner_line(const char *data, char *host, size_t hostlen,
 		n = hostlen - 1;
 	memcpy(host, h, n);
 	host[n] = '\0';
+
+	app[0] = '\0';
+	if ((a = strstr(data, " application_name=")) != NULL)
+	{
+		a += 18;
+		n = strcspn(a, "\n");
+		if (n >= applen)
+			n = applen - 1;
+		for (size_t i = 0; i < n; i++)
+			app[i] = (a[i] >= 32 && a[i] < 127) ? a[i] : '?';
+		app[n] = '\0';
+	}
 	return true;
 }
 
@@ -184,6 +204,7 @@ log_still_waiting(TimestampTz deadline)
 	char	   *what = describe();
 	char	   *data = NULL;
 	char		host[256];
+	char		app[NAMEDATALEN];
 	uint64		sysid = 0;
 	int			pid = 0;
 	int			ahead = w_ahead;
@@ -201,26 +222,27 @@ log_still_waiting(TimestampTz deadline)
 									  "All %d of its leases are held.",
 									  ahead, ahead)));
 	else if (data != NULL &&
-			 parse_owner_line(data, host, sizeof(host), &sysid, &pid))
+			 parse_owner_line(data, host, sizeof(host), app, sizeof(app),
+							  &sysid, &pid))
 	{
 		if (sysid == GetSystemIdentifier())
 			ereport(LOG,
 					(errmsg("process %d still waiting for %s after %ld.%03d ms",
 							MyProcPid, what, secs * 1000 + usecs / 1000,
 							usecs % 1000),
-					 errdetail_log_plural("Held by process %d of this cluster (node \"%s\"); %d contender is queued ahead of this one.",
-										  "Held by process %d of this cluster (node \"%s\"); %d contenders are queued ahead of this one.",
-										  ahead, pid, w_holder, ahead)));
+					 errdetail_log_plural("Held by process %d of this cluster, application \"%s\" (node \"%s\"); %d contender is queued ahead of this one.",
+										  "Held by process %d of this cluster, application \"%s\" (node \"%s\"); %d contenders are queued ahead of this one.",
+										  ahead, pid, app, w_holder, ahead)));
 		else
 			ereport(LOG,
 					(errmsg("process %d still waiting for %s after %ld.%03d ms",
 							MyProcPid, what, secs * 1000 + usecs / 1000,
 							usecs % 1000),
-					 errdetail_log_plural("Held by process %d of the cluster with system identifier %llu on host \"%s\" (node \"%s\"); %d contender is queued ahead of this one.",
-										  "Held by process %d of the cluster with system identifier %llu on host \"%s\" (node \"%s\"); %d contenders are queued ahead of this one.",
+					 errdetail_log_plural("Held by process %d of the cluster with system identifier %llu on host \"%s\", application \"%s\" (node \"%s\"); %d contender is queued ahead of this one.",
+										  "Held by process %d of the cluster with system identifier %llu on host \"%s\", application \"%s\" (node \"%s\"); %d contenders are queued ahead of this one.",
 										  ahead, pid,
 										  (unsigned long long) sysid, host,
-										  w_holder, ahead)));
+										  app, w_holder, ahead)));
 	}
 	else if (data != NULL)
 		ereport(LOG,
