@@ -353,3 +353,64 @@ def test_update_1_4_to_1_5_keeps_grants(ctx):
             pg.psql('DROP DATABASE %s WITH (FORCE)' % db)
         for r in (role, mon):
             pg.psql('DROP ROLE %s' % r)
+
+
+def stat_figures(s):
+    """Every row and every column of both views, in a stable order."""
+    return (s.query('SELECT * FROM zk_stat_locks ORDER BY name, kind'),
+            s.query('SELECT * FROM zk_stat_cluster'))
+
+
+def test_restart_keeps_figures_on_18_only(ctx):
+    """On 18 the figures are a custom cumulative statistics kind: a clean
+    restart (pg_ctl stop -m fast, start) keeps every row and column,
+    stats_since, names_tracked and evictions included, and counting goes
+    on; after an immediate stop (crash recovery at the next start) they
+    start afresh, as PostgreSQL's own do.  On 15-17 they live in shared
+    memory only: a clean restart starts them afresh."""
+    pg = ctx.shared.small
+    s = on(ctx, 'st-rs', cluster=pg)
+    h = on(ctx, 'st-rs-h', cluster=pg)
+    w = on(ctx, 'st-rs-w', cluster=pg)
+    s.query('SELECT zk_stat_reset()')
+    # 12 names (cap 10), one wait, one timeout, a shared lock: 4 evictions
+    for i in range(12):
+        s.query('SELECT zk_lock_exclusive(%s)', ['st-rs-%02d' % i])
+    hold_and_wait(ctx, h, w, 'st-rs-t')
+    ctx.zi.wait_contenders('st-rs-t', 0)
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, ['st-rs-t', LONG]), 10, 'holder')
+    expect_sqlstate(w.submit(LOCK_X, ['st-rs-t', '300 ms']), '55P03', 10,
+                    'timed-out wait')
+    h.query('COMMIT')
+    s.query('SELECT zk_lock_shared(%s)', ['st-rs-s'])
+    rows, cluster = stat_figures(s)
+    assert s.query('SELECT names_tracked, evictions, acquisitions, waits, '
+                   'timeouts FROM zk_stat_cluster') == [(10, 4, 16, 1, 1)]
+    assert len(rows) == 10, rows
+    since = cluster[0][-1]
+    for b in (s, h, w):
+        b.close()
+
+    off = pg.log_size()
+    pg.stop(mode='fast')
+    pg.start()
+    s = on(ctx, 'st-rs-after', cluster=pg)
+    if harness.PG_MAJOR >= 18:
+        assert stat_figures(s) == (rows, cluster)
+        assert 'statistics file' not in pg.log_since(off)
+        # counting goes on from the figures read back
+        s.query('SELECT zk_lock_exclusive(%s)', ['st-rs-11'])
+        assert s.query('SELECT acquisitions FROM zk_stat_locks '
+                       'WHERE name = %s', ['st-rs-11']) == [(2,)]
+        assert s.query('SELECT names_tracked, acquisitions, stats_since '
+                       'FROM zk_stat_cluster') == [(10, 17, since)]
+        s.close()
+        pg.stop(mode='immediate')
+        pg.start()
+        s = on(ctx, 'st-rs-crash', cluster=pg)
+    # what a start without saved statistics shows
+    assert s.query('SELECT * FROM zk_stat_locks') == []
+    assert s.query('SELECT names_tracked, acquisitions, evictions, '
+                   'stats_since > %s FROM zk_stat_cluster', [since]) == [
+        (0, 0, 0, True)]
