@@ -53,6 +53,7 @@
 #include "utils/dsa.h"
 #include "utils/guc.h"
 #include "utils/pgstat_internal.h"
+#include "utils/timestamp.h"
 
 #include "stats.h"
 #include "stats_int.h"
@@ -112,12 +113,20 @@ cluster_shared(void)
 	return (ZkstClusterShared *) pgstat_get_custom_shmem_data(kind_cluster);
 }
 
+/*
+ * At shared memory creation.  The statistics file read afterwards
+ * overwrites the figures, but a file written without zklock's kinds
+ * (initdb's, or zklock newly preloaded) leaves them as set here, and
+ * PostgreSQL calls no reset for that case: since is the server's start.
+ */
 static void
 cluster_init_shmem(void *stats)
 {
 	ZkstClusterShared *s = (ZkstClusterShared *) stats;
 
 	LWLockInitialize(&s->lock, LWTRANCHE_PGSTATS_DATA);
+	memset(&s->cl, 0, sizeof(StatCluster));
+	s->cl.since = GetCurrentTimestamp();
 }
 
 /*
@@ -165,7 +174,7 @@ register_kind(PgStat_Kind kind, const PgStat_KindInfo *info)
 				 errdetail("Custom cumulative statistics \"%s\" already use that ID.",
 						   other->name),
 				 errhint("Set \"zklock.stat_kind_id\" to an ID between %d and %d such that it and the next one are free.",
-						 PGSTAT_KIND_CUSTOM_MIN + 1, PGSTAT_KIND_CUSTOM_MAX - 1)));
+						 PGSTAT_KIND_CUSTOM_MIN, PGSTAT_KIND_CUSTOM_MAX - 1)));
 	pgstat_register_kind(kind, info);
 }
 

@@ -85,6 +85,16 @@ def test_unpreloaded_functions_fail_55000(ctx):
         assert 'shared_preload_libraries' in (e.diag.message_hint or ''), e
 
 
+def test_since_of_a_fresh_cluster(ctx):
+    """Before any reset, stats_since is the server's start (on 18 too,
+    where the statistics file initdb wrote has no zklock figures)."""
+    s = on(ctx, 'st-fresh', cluster=ctx.shared.small)
+    # shared memory is set up just before the postmaster notes its start
+    assert s.query('SELECT abs(extract(epoch FROM stats_since - '
+                   'pg_postmaster_start_time())) < 60, names_tracked '
+                   'FROM zk_stat_cluster') == [(True, 0)]
+
+
 def test_scripted_workload_exact(ctx):
     """2 waits, 2 timeouts, 1 cancel, 1 deadlock, 1 lost lock with 1
     refused commit, a semaphore: every counter as played."""
