@@ -33,10 +33,13 @@
  * Kind IDs: PostgreSQL 18 leaves 24-32 to extensions (24 is for
  * experiments) and asks that they be reserved on the PostgreSQL wiki
  * (CustomCumulativeStats).  zklock takes zklock.stat_kind_id and the next
- * one, 30 and 31 by default: the top of the range, away from the
- * experimental ID and the low ones that other extensions take first.  The
- * setting (postmaster) moves them should another preloaded extension use
- * them.
+ * one, 30 and 31 by default (not yet reserved there): the top of the
+ * range, away from the experimental ID and the low ones that other
+ * extensions take first.  The setting (postmaster) moves them should
+ * another preloaded extension use them.  The IDs are written into
+ * pgstat.stat: a start without them registered (zklock no longer
+ * preloaded, the setting changed) finds an unknown kind in the file, and
+ * PostgreSQL then discards the whole file, its own statistics included.
  *
  * src/stats_pgstat.c
  *
