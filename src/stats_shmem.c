@@ -124,8 +124,10 @@ evict_one(void)
 }
 
 /*
- * A row is created even for a release (may_create false): HASH_ENTER_NULL
- * on this fixed-size table cannot raise, so the COMMIT path is safe here.
+ * HASH_ENTER_NULL on this fixed-size table cannot raise, so creating a row
+ * would be safe even at COMMIT; a release (may_create false) still does
+ * not recreate an evicted row, as on 18: a row made of a held time alone
+ * would only push out a name in use.
  */
 void
 zkst_store_count(const StatUpdate *u)
@@ -139,7 +141,7 @@ zkst_store_count(const StatUpdate *u)
 	zkst_add_event(&shared->cl.total, u->ev, u->waited, u->us);
 
 	e = (StatEntry *) hash_search(stat_table, &u->key, HASH_FIND, NULL);
-	if (e == NULL)
+	if (e == NULL && u->may_create)
 	{
 		if (shared->cl.nentries >= zklock_stat_max_names)
 			evict_one();

@@ -232,6 +232,26 @@ def test_eviction_least_recently_used(ctx):
         == [(10, 3)]
 
 
+def test_release_of_an_evicted_name_counts_in_totals(ctx):
+    """A session lock whose row was evicted while it was held: its release
+    adds its held time to the totals and makes no row (a release never
+    creates one: on 18 it runs at COMMIT, where nothing may raise)."""
+    s = on(ctx, 'st-small-rel', cluster=ctx.shared.small)
+    s.query('SELECT zk_stat_reset()')
+    s.query('SELECT zk_session_lock_exclusive(%s)', ['st-evr'])
+    for i in range(10):
+        s.query('SELECT zk_lock_exclusive(%s)', ['st-evr-%02d' % i])
+    cluster = ('SELECT names_tracked, evictions, acquisitions, '
+               'total_held_time FROM zk_stat_cluster')
+    before = s.query(cluster)[0]
+    assert before[:3] == (10, 1, 11), before
+    s.query('SELECT zk_unlock(%s)', ['st-evr'])
+    after = s.query(cluster)[0]
+    assert after[:3] == (10, 1, 11) and after[3] > before[3], (before, after)
+    assert s.query('SELECT count(*) FROM zk_stat_locks WHERE name = %s',
+                   ['st-evr']) == [(0,)]
+
+
 def log_after(pg, offset, text, timeout=10):
     found = []
 
