@@ -282,9 +282,9 @@ note_dropped(int64 dropped, bool evicted)
  * The least recently used row goes.  A scan of pgstat's whole hash table
  * (shared partition locks) finds it, a second one drops it, if nobody did
  * meanwhile.  Rows not yet claimed (being created, key still empty) are
- * never chosen.
+ * never chosen.  Returns false if no row could be dropped.
  */
-static void
+static bool
 evict_one(void)
 {
 	dshash_seq_status hs;
@@ -292,6 +292,7 @@ evict_one(void)
 	uint64		oldest = PG_UINT64_MAX;
 	uint64		victim = 0;
 	bool		found = false;
+	int64		dropped;
 
 	dshash_seq_init(&hs, pgStatLocal.shared_hash, false);
 	while ((p = dshash_seq_next(&hs)) != NULL)
@@ -313,8 +314,33 @@ evict_one(void)
 	}
 	dshash_seq_term(&hs);
 
-	if (found)
-		note_dropped(drop_rows(match_objid, UInt64GetDatum(victim)), true);
+	if (!found)
+		return false;
+	dropped = drop_rows(match_objid, UInt64GetDatum(victim));
+	note_dropped(dropped, true);
+	return dropped > 0;
+}
+
+/*
+ * Evict until the cap holds again.  Backends that create rows at once may
+ * each see the table over the cap, or pick the same victim (only one of
+ * them drops it): each re-reads the count and goes on while it is over.
+ */
+static void
+evict_to_cap(void)
+{
+	ZkstClusterShared *cs = cluster_shared();
+
+	for (int tries = 0; tries < 8; tries++)
+	{
+		bool		over;
+
+		LWLockAcquire(&cs->lock, LW_SHARED);
+		over = cs->cl.nentries > zklock_stat_max_names;
+		LWLockRelease(&cs->lock);
+		if (!over || !evict_one())
+			break;
+	}
 }
 
 void
@@ -368,7 +394,7 @@ zkst_store_count(const StatUpdate *u)
 	}
 
 	if (over)
-		evict_one();
+		evict_to_cap();
 }
 
 void

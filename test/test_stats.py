@@ -232,6 +232,28 @@ def test_eviction_least_recently_used(ctx):
         == [(10, 3)]
 
 
+def test_concurrent_new_names_over_the_cap(ctx):
+    """6 backends lock 25 new names each at once on the 10-row cluster:
+    creations and evictions race (on 18, two backends may pick the same
+    victim); no error, names_tracked is the number of rows, within the
+    cap, and every creation is either tracked or counted as an eviction."""
+    s = on(ctx, 'st-small-cc', cluster=ctx.shared.small)
+    s.query('SELECT zk_stat_reset()')
+    bs = [on(ctx, 'st-cc%d' % i, cluster=ctx.shared.small) for i in range(6)]
+    loop = ("DO $$BEGIN FOR i IN 1..25 LOOP "
+            "PERFORM zk_lock_exclusive('st-cc-%d-' || i); END LOOP; END$$")
+    futs = [b.submit(loop % i) for i, b in enumerate(bs)]
+    for f in futs:
+        f.result(90)
+    tracked, evictions, acquisitions = s.query(
+        'SELECT names_tracked, evictions, acquisitions FROM zk_stat_cluster')[0]
+    rows = s.scalar('SELECT count(*) FROM zk_stat_locks')
+    assert acquisitions == 150
+    assert tracked == rows and 0 < rows <= 10, (tracked, rows)
+    assert tracked + evictions == 150, (tracked, evictions)
+    s.query('SELECT zk_stat_reset()')
+
+
 def test_release_of_an_evicted_name_counts_in_totals(ctx):
     """A session lock whose row was evicted while it was held: its release
     adds its held time to the totals and makes no row (a release never
