@@ -384,6 +384,7 @@ zkst_store_count(const StatUpdate *u)
 				memcpy(&rs->row.key, &u->key, sizeof(StatKey));
 				rs->row.since = u->now;
 			}
+			/* else another key hashed alike owns it: the totals only */
 			if (memcmp(&rs->row.key, &u->key, sizeof(StatKey)) == 0)
 			{
 				zkst_add_event(&rs->row.c, u->ev, u->waited, u->us);
