@@ -85,6 +85,16 @@ def test_unpreloaded_functions_fail_55000(ctx):
         assert 'shared_preload_libraries' in (e.diag.message_hint or ''), e
 
 
+def test_since_of_a_fresh_cluster(ctx):
+    """Before any reset, stats_since is the server's start (on 18 too,
+    where the statistics file initdb wrote has no zklock figures)."""
+    s = on(ctx, 'st-fresh', cluster=ctx.shared.small)
+    # shared memory is set up just before the postmaster notes its start
+    assert s.query('SELECT abs(extract(epoch FROM stats_since - '
+                   'pg_postmaster_start_time())) < 60, names_tracked '
+                   'FROM zk_stat_cluster') == [(True, 0)]
+
+
 def test_scripted_workload_exact(ctx):
     """2 waits, 2 timeouts, 1 cancel, 1 deadlock, 1 lost lock with 1
     refused commit, a semaphore: every counter as played."""
@@ -225,6 +235,49 @@ def test_eviction_least_recently_used(ctx):
         == [(40, 4)]
 
 
+def test_concurrent_new_names_over_the_cap(ctx):
+    """6 backends lock 25 new names each at once on the 40-row cluster:
+    creations and evictions race (on 18, two backends may pick the same
+    victim); no error, names_tracked is the number of rows, within the
+    cap, and every creation is either tracked or counted as an eviction."""
+    s = on(ctx, 'st-small-cc', cluster=ctx.shared.small)
+    s.query('SELECT zk_stat_reset()')
+    bs = [on(ctx, 'st-cc%d' % i, cluster=ctx.shared.small) for i in range(6)]
+    loop = ("DO $$BEGIN FOR i IN 1..25 LOOP "
+            "PERFORM zk_lock_exclusive('st-cc-%d-' || i); END LOOP; END$$")
+    futs = [b.submit(loop % i) for i, b in enumerate(bs)]
+    for f in futs:
+        f.result(90)
+    tracked, evictions, acquisitions = s.query(
+        'SELECT names_tracked, evictions, acquisitions FROM zk_stat_cluster')[0]
+    rows = s.scalar('SELECT count(*) FROM zk_stat_locks')
+    assert acquisitions == 150
+    assert tracked == rows and 0 < rows <= 40, (tracked, rows)
+    assert tracked + evictions == 150, (tracked, evictions)
+    s.query('SELECT zk_stat_reset()')
+
+
+def test_release_of_an_evicted_name_counts_in_totals(ctx):
+    """A session lock whose row was evicted while it was held: its release
+    adds its held time to the totals and makes no row (a release never
+    creates one: on 18 it runs at COMMIT, where nothing may raise)."""
+    s = on(ctx, 'st-small-rel', cluster=ctx.shared.small)
+    s.query('SELECT zk_stat_reset()')
+    s.query('SELECT zk_session_lock_exclusive(%s)', ['st-evr'])
+    # the 41st name evicts the two least recently used: st-evr, st-evr-00
+    for i in range(40):
+        s.query('SELECT zk_lock_exclusive(%s)', ['st-evr-%02d' % i])
+    cluster = ('SELECT names_tracked, evictions, acquisitions, '
+               'total_held_time FROM zk_stat_cluster')
+    before = s.query(cluster)[0]
+    assert before[:3] == (39, 2, 41), before
+    s.query('SELECT zk_unlock(%s)', ['st-evr'])
+    after = s.query(cluster)[0]
+    assert after[:3] == (39, 2, 41) and after[3] > before[3], (before, after)
+    assert s.query('SELECT count(*) FROM zk_stat_locks WHERE name = %s',
+                   ['st-evr']) == [(0,)]
+
+
 def log_after(pg, offset, text, timeout=10):
     found = []
 
@@ -358,3 +411,65 @@ def test_update_1_4_to_1_5_keeps_grants(ctx):
             pg.psql('DROP DATABASE %s WITH (FORCE)' % db)
         for r in (role, mon):
             pg.psql('DROP ROLE %s' % r)
+
+
+def stat_figures(s):
+    """Every row and every column of both views, in a stable order."""
+    return (s.query('SELECT * FROM zk_stat_locks ORDER BY name, kind'),
+            s.query('SELECT * FROM zk_stat_cluster'))
+
+
+def test_restart_keeps_figures_on_18_only(ctx):
+    """On 18 the figures are a custom cumulative statistics kind: a clean
+    restart (pg_ctl stop -m fast, start) keeps every row and column,
+    stats_since, names_tracked and evictions included, and counting goes
+    on; after an immediate stop (crash recovery at the next start) they
+    start afresh, as PostgreSQL's own do.  On 15-17 they live in shared
+    memory only: a clean restart starts them afresh."""
+    pg = ctx.shared.small
+    s = on(ctx, 'st-rs', cluster=pg)
+    h = on(ctx, 'st-rs-h', cluster=pg)
+    w = on(ctx, 'st-rs-w', cluster=pg)
+    s.query('SELECT zk_stat_reset()')
+    # 42 names (cap 40), one wait, one timeout, a shared lock: 4 evictions
+    # (2 at the 41st name, 2 at the 43rd)
+    for i in range(42):
+        s.query('SELECT zk_lock_exclusive(%s)', ['st-rs-%02d' % i])
+    hold_and_wait(ctx, h, w, 'st-rs-t')
+    ctx.zi.wait_contenders('st-rs-t', 0)
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, ['st-rs-t', LONG]), 10, 'holder')
+    expect_sqlstate(w.submit(LOCK_X, ['st-rs-t', '300 ms']), '55P03', 10,
+                    'timed-out wait')
+    h.query('COMMIT')
+    s.query('SELECT zk_lock_shared(%s)', ['st-rs-s'])
+    rows, cluster = stat_figures(s)
+    assert s.query('SELECT names_tracked, evictions, acquisitions, waits, '
+                   'timeouts FROM zk_stat_cluster') == [(40, 4, 46, 1, 1)]
+    assert len(rows) == 40, rows
+    since = cluster[0][-1]
+    for b in (s, h, w):
+        b.close()
+
+    off = pg.log_size()
+    pg.stop(mode='fast')
+    pg.start()
+    s = on(ctx, 'st-rs-after', cluster=pg)
+    if harness.PG_MAJOR >= 18:
+        assert stat_figures(s) == (rows, cluster)
+        assert 'statistics file' not in pg.log_since(off)
+        # counting goes on from the figures read back
+        s.query('SELECT zk_lock_exclusive(%s)', ['st-rs-11'])
+        assert s.query('SELECT acquisitions FROM zk_stat_locks '
+                       'WHERE name = %s', ['st-rs-11']) == [(2,)]
+        assert s.query('SELECT names_tracked, acquisitions, stats_since '
+                       'FROM zk_stat_cluster') == [(40, 47, since)]
+        s.close()
+        pg.stop(mode='immediate')
+        pg.start()
+        s = on(ctx, 'st-rs-crash', cluster=pg)
+    # what a start without saved statistics shows
+    assert s.query('SELECT * FROM zk_stat_locks') == []
+    assert s.query('SELECT names_tracked, acquisitions, evictions, '
+                   'stats_since > %s FROM zk_stat_cluster', [since]) == [
+        (0, 0, 0, True)]
