@@ -142,6 +142,14 @@ extern void zkw_session_event_locked(void);
 extern void zkw_forget_all_locked(void);
 
 /*
+ * session_expiry.c, from the session watcher (before it updates
+ * unreachable_at, which it passes) and close_handle.
+ */
+extern void zkx_session_event_locked(zhandle_t *h, int state,
+									 const struct timespec *unreachable_at);
+extern void zkx_handle_closed_locked(void);
+
+/*
  * Stack size of libzookeeper's two threads (and of the probe in
  * session_threads.c, and of the reply nudge's thread).  The
  * default is the process's stack limit (8 MB), which a thread or memory
