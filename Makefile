@@ -8,7 +8,7 @@ OBJS = src/zklock.o src/auth.o src/session.o src/session_request.o \
 	src/session_hosts.o src/session_expiry.o \
 	src/recipe.o src/waitgraph.o \
 	src/acquire.o src/parents.o src/commitcheck.o src/semaphore.o src/lockset.o \
-	src/locktable.o src/lockrequest.o src/callorder.o src/lookonly.o \
+	src/locktable.o src/lostreason.o src/lockrequest.o src/callorder.o src/lookonly.o \
 	src/deadlock.o src/waitsearch.o src/waitrecord.o src/inspect.o src/functions.o \
 	src/stats.o src/waitlog.o
 # every install and update script: sql/zklock--<v>.sql, sql/zklock--<a>--<b>.sql
