@@ -24,6 +24,16 @@
 #include "locktable_int.h"
 #include "session.h"
 
+/*
+ * A backend that was frozen (stopped, swapped out) past the session
+ * timeout sees its connection go and the expiry announced in the same
+ * moment on waking: "after 0.0 s without a connection" would read as if
+ * the session expired with no outage at all, so below this the DETAIL
+ * says only when it expired.  (A negative span, clocks stepped back, is
+ * left out too.)
+ */
+#define NO_OUTAGE_US	(100 * 1000)
+
 void
 zkl_record_loss(ZklLock *lock, ZklLost why)
 {
@@ -34,8 +44,8 @@ zkl_record_loss(ZklLock *lock, ZklLost why)
 	if (why == ZKL_LOST_SESSION &&
 		zks_session_expiry(lock->session_id, &lock->expired_at,
 						   &lock->unreachable_since) &&
-		lock->unreachable_since > lock->expired_at)
-		lock->unreachable_since = 0;	/* clocks disagree: say nothing */
+		lock->expired_at - lock->unreachable_since < NO_OUTAGE_US)
+		lock->unreachable_since = 0;
 }
 
 /*

@@ -2,8 +2,8 @@
  *
  * session_int.h
  *	  What the files of the session layer (session.c, session_request.c,
- *	  session_cleanup.c, session_watch.c) share; nothing outside that
- *	  layer includes it, or zookeeper.h.
+ *	  session_cleanup.c, session_watch.c, session_expiry.c) share; nothing
+ *	  outside that layer includes it, or zookeeper.h.
  *
  * src/session_int.h
  *
