@@ -337,34 +337,54 @@ zkc_confirm(ZkcNode *nodes, int n, TimestampTz deadline,
 
 
 /*
+ * The primary message of zkc_unconfirmed_error: the lock it could not
+ * confirm, and how many more.
+ */
+static int
+unconfirmed_errmsg(const char *resource, ZkrMode mode, int others)
+{
+	if (resource == NULL)
+		return errmsg("could not confirm zklock locks with ZooKeeper before commit");
+	if (others == 0)
+		return errmsg("could not confirm %s zklock on \"%s\" with ZooKeeper before commit",
+					  zkr_mode_name(mode), resource);
+	return errmsg_plural("could not confirm %s zklock on \"%s\" and %d other zklock lock with ZooKeeper before commit",
+						 "could not confirm %s zklock on \"%s\" and %d other zklock locks with ZooKeeper before commit",
+						 others, zkr_mode_name(mode), resource, others);
+}
+
+/*
  * ERROR 40001: the check could not be completed.  The HINT names the safe
  * way out -- run the transaction again once ZooKeeper answers -- and not
  * zklock.verify_at_commit: turning the check off in the middle of an
  * outage is exactly when a lost lock would commit.
  */
 void
-zkc_unconfirmed_error(ZksRc rc)
+zkc_unconfirmed_error(ZksRc rc, const char *resource, ZkrMode mode,
+					  int others)
 {
 	TimestampTz since = zks_unreachable_since();
 
 	if (rc == ZKS_TIMEDOUT && since != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not confirm zklock locks with ZooKeeper before commit"),
-				 errdetail("ZooKeeper ensemble \"%s\" did not confirm the locks within the session timeout (%d ms): no connection since %s. The locks may be lost.",
+				 unconfirmed_errmsg(resource, mode, others),
+				 errdetail("ZooKeeper ensemble \"%s\" did not confirm the locks within the session timeout (%d ms): no connection since %s (%.1f s). The locks may be lost.",
 						   zks_hosts(), zks_negotiated_timeout(),
-						   timestamptz_to_str(since)),
+						   timestamptz_to_str(since),
+						   (double) Max(GetCurrentTimestamp() - since, 0) /
+						   USECS_PER_SEC),
 				 errhint("Retry the transaction once ZooKeeper is reachable; zk_status() shows the state of the connection.")));
 	if (rc == ZKS_TIMEDOUT)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not confirm zklock locks with ZooKeeper before commit"),
+				 unconfirmed_errmsg(resource, mode, others),
 				 errdetail("No server of \"%s\" answered within the session timeout (%d ms); the locks may be lost.",
 						   zks_hosts(), zks_negotiated_timeout()),
 				 errhint("Retry the transaction once ZooKeeper is reachable; zk_status() shows the state of the connection.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-			 errmsg("could not confirm zklock locks with ZooKeeper before commit"),
+			 unconfirmed_errmsg(resource, mode, others),
 			 zks_errdetail(rc),
 			 errhint("Retry the transaction; if this keeps happening, check the ZooKeeper servers' logs and zk_status().")));
 }

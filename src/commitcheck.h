@@ -19,6 +19,7 @@
 #include "pg_compat.h"
 
 #include "datatype/timestamp.h"
+#include "recipe.h"
 #include "session.h"
 
 typedef enum ZkcVerdict
@@ -46,7 +47,12 @@ typedef struct ZkcNode
 extern ZksRc zkc_confirm(ZkcNode *nodes, int n, TimestampTz deadline,
 						 bool wait_for_connection);
 
-/* ERROR 40001: the check could not be completed (rc from zkc_confirm). */
-pg_noreturn extern void zkc_unconfirmed_error(ZksRc rc);
+/*
+ * ERROR 40001: the check could not be completed (rc from zkc_confirm).
+ * resource and mode name the lock left unconfirmed (others: how many more
+ * are); resource NULL if none is known.
+ */
+pg_noreturn extern void zkc_unconfirmed_error(ZksRc rc, const char *resource,
+											  ZkrMode mode, int others);
 
 #endif							/* ZKLOCK_COMMITCHECK_H */

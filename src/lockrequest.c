@@ -117,7 +117,7 @@ check_reentry(ZklLock *lock, ZkrMode mode, int max_holders)
 {
 	zkl_mark_if_session_lost(lock);
 	if (lock->lost != ZKL_LOST_NONE)
-		zkl_lost_error(lock);
+		zkl_lost_error(lock, 0);
 	if (mode == ZKR_MODE_SEMAPHORE && lock->max_holders != max_holders)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -260,7 +260,7 @@ mark_lost(ZklLock *lock, ZklLost why)
 {
 	if (lock->lost == ZKL_LOST_NONE)
 	{
-		lock->lost = why;
+		zkl_record_loss(lock, why);
 		n_lost++;
 		zkst_lost(lock->key.resource, lock->key.mode);
 	}
@@ -277,10 +277,13 @@ zkl_mark_if_session_lost(ZklLock *lock)
 
 /*
  * Confirm every held node with the ensemble (commitcheck.c) and mark the
- * ones found gone.  Returns what zkc_confirm returns.
+ * ones found gone.  Returns what zkc_confirm returns; if not ZKS_OK and
+ * unconfirmed is not NULL, sets *unconfirmed to the lock to name of those
+ * left unjudged and *others to how many more there are.
  */
 static ZksRc
-confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
+confirm_held_nodes(TimestampTz deadline, bool wait_for_connection,
+				   ZklLock **unconfirmed, int *others)
 {
 	HASH_SEQ_STATUS status;
 	ZklLock    *lock;
@@ -304,39 +307,28 @@ confirm_held_nodes(TimestampTz deadline, bool wait_for_connection)
 		}
 	}
 	rc = zkc_confirm(nodes, n, deadline, wait_for_connection);
+	if (unconfirmed != NULL)
+	{
+		*unconfirmed = NULL;
+		*others = -1;
+	}
 	for (int i = 0; i < n; i++)
 	{
 		if (nodes[i].verdict == ZKC_LOST_SESSION)
 			mark_lost(locks[i], ZKL_LOST_SESSION);
 		else if (nodes[i].verdict == ZKC_LOST_DELETED)
 			mark_lost(locks[i], ZKL_LOST_DELETED);
+		else if (nodes[i].verdict == ZKC_UNKNOWN && unconfirmed != NULL)
+		{
+			if (*unconfirmed == NULL ||
+				strcmp(locks[i]->key.resource, (*unconfirmed)->key.resource) < 0)
+				*unconfirmed = locks[i];
+			(*others)++;
+		}
 	}
 	pfree(locks);
 	pfree(nodes);
 	return rc;
-}
-
-void
-zkl_lost_error(ZklLock *lock)
-{
-	bool		session_scope = lock->session_count > 0;
-	const char *unlock_fn = lock->key.mode == ZKR_MODE_SHARED ?
-		"zk_unlock_shared" : lock->key.mode == ZKR_MODE_SEMAPHORE ?
-		"zk_unlock_semaphore" : "zk_unlock";
-
-	ereport(ERROR,
-			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-			 errmsg("%s zklock on \"%s\" was lost",
-					zkr_mode_name(lock->key.mode), lock->key.resource),
-			 lock->lost == ZKL_LOST_SESSION ?
-			 errdetail("The ZooKeeper session that held node \"%s\" expired.",
-					   lock->node) :
-			 errdetail("Node \"%s\" was deleted from ZooKeeper while the lock was held.",
-					   lock->node),
-			 session_scope ?
-			 errhint("Acknowledge the loss with %s(%s) or zk_unlock_all(); until then every commit of this session fails.",
-					 unlock_fn, quote_literal_cstr(lock->key.resource)) :
-			 errhint("The transaction cannot commit: another holder may have run meanwhile.")));
 }
 
 /*
@@ -351,26 +343,43 @@ verify_before_commit(void)
 {
 	HASH_SEQ_STATUS status;
 	ZklLock    *lock;
+	ZklLock    *first = NULL;
+	int			nlost = 0;
+	ZklLock    *unconfirmed = NULL;
+	int			others = 0;
 	ZksRc		rc = ZKS_OK;
 
 	if (zklock_verify_at_commit)
 		rc = confirm_held_nodes(
 			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										zks_negotiated_timeout()), true);
+										zks_negotiated_timeout()), true,
+			&unconfirmed, &others);
 
+	/* every lost lock is counted; the error names one (lostreason.c) */
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{
 		zkl_mark_if_session_lost(lock);
 		if (lock->lost != ZKL_LOST_NONE)
 		{
-			hash_seq_term(&status);
-			zkst_refused_commit(lock->key.resource, lock->key.mode);
-			zkl_lost_error(lock);
+			if (first == NULL || zkl_report_before(lock, first))
+				first = lock;
+			nlost++;
 		}
 	}
+	if (first != NULL)
+	{
+		/* counted against the lock named, as one refused commit */
+		zkst_refused_commit(first->key.resource, first->key.mode);
+		zkl_lost_error(first, nlost - 1);
+	}
 	if (rc != ZKS_OK)
-		zkc_unconfirmed_error(rc);
+	{
+		if (unconfirmed != NULL)
+			zkc_unconfirmed_error(rc, unconfirmed->key.resource,
+								  unconfirmed->key.mode, others);
+		zkc_unconfirmed_error(rc, NULL, ZKR_MODE_EXCLUSIVE, 0);
+	}
 }
 
 /*
@@ -644,7 +653,8 @@ zkl_snapshot(int *n)
 	if (have_locks())
 		(void) confirm_held_nodes(
 			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										zklock_connect_timeout), false);
+										zklock_connect_timeout), false,
+			NULL, NULL);
 
 	rows = palloc(sizeof(ZklLockInfo) * (2 * hash_get_num_entries(lock_table) + 1));
 	hash_seq_init(&status, lock_table);

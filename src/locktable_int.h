@@ -63,6 +63,11 @@ typedef struct ZklLock
 	int64		token;			/* czxid of the node */
 	int64		session_id;		/* session the node belongs to */
 	ZklLost		lost;
+	TimestampTz lost_at;		/* when the loss was noticed */
+	TimestampTz expired_at;		/* ZKL_LOST_SESSION: when the session was
+								 * seen expired (0: not known) ... */
+	TimestampTz unreachable_since;	/* ... and since when it had had no
+									 * connection then (0: not known) */
 	TimestampTz since;
 	int			session_count;
 	int			xact_count;		/* sum of the counts in xact_holds */
@@ -113,8 +118,16 @@ extern void zkl_release_if_unused(ZklLock *lock);
 /* A lock whose session ended is lost; no round trip needed to know. */
 extern void zkl_mark_if_session_lost(ZklLock *lock);
 
-/* ERROR 40001: the lock was lost. */
-pg_noreturn extern void zkl_lost_error(ZklLock *lock);
+/* lostreason.c: what is known of a loss, and the error that reports it */
+
+/* Note why and when lock was found lost (its lost is still NONE). */
+extern void zkl_record_loss(ZklLock *lock, ZklLost why);
+
+/* Of two lost locks, is a the one to name in the error? */
+extern bool zkl_report_before(const ZklLock *a, const ZklLock *b);
+
+/* ERROR 40001: the lock was lost, and others more locks with it. */
+pg_noreturn extern void zkl_lost_error(ZklLock *lock, int others);
 
 /* For zk_status(): a node granted, after a wait or not. */
 extern void zkl_count_grant(bool waited);

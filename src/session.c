@@ -134,6 +134,7 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 		zk_state = state;
 		state_counter++;
 		zkw_session_event_locked();
+		zkx_session_event_locked(h, state, &unreachable_at);
 		if (state == ZOO_CONNECTED_STATE)
 			unreachable_at.tv_sec = 0;
 		else if (unreachable_at.tv_sec == 0)
@@ -271,6 +272,7 @@ close_handle(void)
 	zh_closing = false;
 	zk_state = 0;
 	unreachable_at.tv_sec = 0;
+	zkx_handle_closed_locked();
 	state_counter++;
 	zkt_free_all_tasks_locked();
 	zksr_free_abandoned_locked();

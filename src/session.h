@@ -84,6 +84,14 @@ extern bool zks_is_connected(void);
  */
 extern TimestampTz zks_unreachable_since(void);
 
+/*
+ * If session session_id was seen expired (session_expiry.c): true, with
+ * when, and since when it had had no connection before (0 if it had
+ * one).  Only the last expiry is kept, past the handle's end.
+ */
+extern bool zks_session_expiry(int64 session_id, TimestampTz *at,
+							   TimestampTz *unreachable_since);
+
 /* The chroot suffix of a connect string, or NULL (session_hosts.c). */
 extern const char *zks_hosts_chroot(const char *hosts);
 

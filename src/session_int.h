@@ -2,8 +2,8 @@
  *
  * session_int.h
  *	  What the files of the session layer (session.c, session_request.c,
- *	  session_cleanup.c, session_watch.c) share; nothing outside that
- *	  layer includes it, or zookeeper.h.
+ *	  session_cleanup.c, session_watch.c, session_expiry.c) share; nothing
+ *	  outside that layer includes it, or zookeeper.h.
  *
  * src/session_int.h
  *
@@ -140,6 +140,14 @@ extern uint64 zkn_nudges(void);
 extern void zkw_node_event_locked(int type, const char *path);
 extern void zkw_session_event_locked(void);
 extern void zkw_forget_all_locked(void);
+
+/*
+ * session_expiry.c, from the session watcher (before it updates
+ * unreachable_at, which it passes) and close_handle.
+ */
+extern void zkx_session_event_locked(zhandle_t *h, int state,
+									 const struct timespec *unreachable_at);
+extern void zkx_handle_closed_locked(void);
 
 /*
  * Stack size of libzookeeper's two threads (and of the probe in

@@ -90,7 +90,8 @@ def wait_gone(ctx, path, what):
 
 def test_prepare_fails_on_lost_session_lock(ctx):
     """A session lock whose node another client deleted: PREPARE
-    TRANSACTION fails with 40001 naming the resource, and nothing is
+    TRANSACTION fails with 40001 naming the resource (the COMMIT's
+    message: what happened, when, and to acknowledge), and nothing is
     prepared (COMMIT PREPARED could otherwise commit it from elsewhere)."""
     a = backend(ctx, 'holes-prep')
     res = 'holes/prepare-lost'
@@ -101,7 +102,16 @@ def test_prepare_fails_on_lost_session_lock(ctx):
     a.query('INSERT INTO t VALUES (101)')
     e = expect_sqlstate(a.submit("PREPARE TRANSACTION 'zkl_holes_lost'"),
                         '40001', 20, 'PREPARE with a lost session lock')
-    assert res in str(e), str(e)
+    # the same error as at COMMIT: the lock, what happened and when, what
+    # to do for a session-level lock
+    assert e.diag.message_primary == \
+        'exclusive zklock on "%s" was lost' % res, str(e)
+    assert (e.diag.message_detail or '').startswith(
+        'Node "%s" was deleted from ZooKeeper while the lock was held '
+        '(noticed at ' % node), e.diag.message_detail
+    assert (e.diag.message_hint or '').startswith(
+        "Acknowledge the loss with zk_unlock('%s') or zk_unlock_all()"
+        % res), e.diag.message_hint
     other = backend(ctx, 'holes-prep-2')
     assert other.scalar("SELECT count(*) FROM pg_prepared_xacts "
                         "WHERE gid = 'zkl_holes_lost'") == 0

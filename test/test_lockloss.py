@@ -11,6 +11,7 @@ with 40001 and its rows must not be there.
 
 import concurrent.futures
 import os
+import re
 import signal
 import threading
 import time
@@ -22,6 +23,40 @@ from test_multisession import (LOCK_X, LONG, expect_sqlstate, result,
                                token_of, still_waiting)
 
 TIMEOUT = 120
+
+# a timestamptz as timestamptz_to_str writes it, e.g. 2026-11-25 00:31:02.123+00
+TS = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?[+-]\d\d'
+RERUN_HINT = ('Roll back and run the transaction again: it takes the lock '
+              'anew, and another holder may have run meanwhile.')
+
+
+def ack_hint(fn, res):
+    return ("Acknowledge the loss with %s('%s') or zk_unlock_all(), then "
+            "take the lock again; until then every commit of this session "
+            "fails." % (fn, res))
+
+
+def deleted_detail(node, node_re=None):
+    """The DETAIL of a lock whose node another client deleted."""
+    return (r'Node "%s" was deleted from ZooKeeper while the lock was held '
+            r'\(noticed at %s\)\.' % (node_re or re.escape(node), TS))
+
+
+def expired_detail(sid, node, node_re=None):
+    """The DETAIL of a lock lost with its session (the seconds without a
+    connection are there when the backend saw the connection go first)."""
+    return (r'The ZooKeeper session %s that held node "%s" expired at %s'
+            r'(, after \d+\.\d s without a connection to the ensemble)?\.'
+            % (sid, node_re or re.escape(node), TS))
+
+
+def assert_lost(e, primary, detail_re, hint):
+    """e names the lock, its DETAIL says what happened and when, its HINT
+    what to do."""
+    assert e.diag.message_primary == primary, str(e)
+    assert re.fullmatch(detail_re, e.diag.message_detail or ''), \
+        (e.diag.message_detail, detail_re)
+    assert e.diag.message_hint == hint, e.diag.message_hint
 
 
 def make_table(ctx, name):
@@ -69,13 +104,16 @@ def test_kleppmann_transaction_lock(ctx):
     h = ctx.backend('loss-H-x')
     h.query('BEGIN')
     tok_h = token_of(h.submit(LOCK_X, [res, LONG]), 10, 'holder lock')
+    sid = h.scalar('SELECT session_id FROM zk_status()')
+    [node] = ctx.zi.wait_contenders(res, 1)
     h.query('INSERT INTO %s SELECT generate_series(1, 10)' % table)
 
     w, tok_w = freeze_past_session_timeout(ctx, h, res)
     assert tok_w > tok_h
 
     e = expect_error(h, 'COMMIT', '40001', 'COMMIT of the frozen holder')
-    assert res in str(e) and 'expired' in str(e), str(e)
+    assert_lost(e, 'exclusive zklock on "%s" was lost' % res,
+                expired_detail(sid, node.path), RERUN_HINT)
     assert count_rows(ctx, table) == 0, 'rows of a lost lock committed'
 
     w.query('COMMIT')
@@ -106,7 +144,10 @@ def test_kleppmann_session_lock(ctx):
     w, _ = freeze_past_session_timeout(ctx, h, res)
 
     e = expect_error(h, 'COMMIT', '40001', 'COMMIT after the loss')
-    assert 'zk_unlock_all()' in (e.diag.message_hint or ''), e.diag.message_hint
+    assert e.diag.message_hint == ack_hint('zk_unlock', res), \
+        e.diag.message_hint
+    assert re.fullmatch(expired_detail(sid_before, None, '[^"]+'),
+                        e.diag.message_detail or ''), e.diag.message_detail
     assert count_rows(ctx, table) == 0
 
     # every commit fails, even one that touches no lock ...
@@ -151,7 +192,8 @@ def test_node_deleted_by_operator(ctx):
     rows = h.query('SELECT state FROM zk_locks WHERE resource = %s', [res])
     assert rows == [('lost',)], rows
     e = expect_error(h, 'COMMIT', '40001', 'COMMIT after the node was deleted')
-    assert res in str(e) and 'deleted' in str(e), str(e)
+    assert_lost(e, 'exclusive zklock on "%s" was lost' % res,
+                deleted_detail(node.path), RERUN_HINT)
     assert count_rows(ctx, table) == 0
 
 
@@ -171,9 +213,8 @@ def test_deleted_session_lock_fails_read_only_commit(ctx):
         e = expect_error(h, 'COMMIT', '40001',
                          'read-only COMMIT #%d with the lost session lock'
                          % attempt)
-        assert res in str(e) and 'deleted' in str(e), str(e)
-        assert 'zk_unlock' in (e.diag.message_hint or ''), \
-            e.diag.message_hint
+        assert_lost(e, 'exclusive zklock on "%s" was lost' % res,
+                    deleted_detail(node.path), ack_hint('zk_unlock', res))
     h.query('SELECT zk_unlock_all()')
     assert h.query('SELECT count(*) FROM zk_locks') == [(0,)]
     h.query('BEGIN')
@@ -181,6 +222,68 @@ def test_deleted_session_lock_fails_read_only_commit(ctx):
     h.query('COMMIT')
     assert h.scalar('SELECT lost_locks FROM zk_status()') >= 1
     ctx.zi.wait_contenders(res, 0)
+
+
+def test_several_locks_lost_at_once(ctx):
+    """Three locks lost at once (their nodes deleted by another client):
+    the COMMIT names one and counts the others.  The session-level one is
+    named, with its HINT to acknowledge (a rerun alone would fail again);
+    once it is acknowledged, the next COMMIT names one of the two
+    transaction-level ones (re-taken) with the HINT to run again.  A
+    shared lock's HINT names zk_unlock_shared."""
+    base = 'loss-several'
+    xs = [base + '-a', base + '-b']
+    s = base + '-s'
+    h = ctx.backend('loss-H-several')
+    token_of(h.submit('SELECT zk_session_lock_shared(%s)', [s]), 10)
+    h.query('BEGIN')
+    for res in xs:
+        token_of(h.submit(LOCK_X, [res, LONG]), 10)
+    for res in xs + [s]:
+        [node] = ctx.zi.wait_contenders(res, 1)
+        ctx.kz.delete(node.path)
+        if res == s:
+            s_node = node.path
+    e = expect_error(h, 'COMMIT', '40001', 'COMMIT with three locks lost')
+    assert_lost(e, 'shared zklock on "%s" and 2 other zklock locks were lost'
+                % s, deleted_detail(s_node), ack_hint('zk_unlock_shared', s))
+    h.query('SELECT zk_unlock_all()')
+
+    h.query('BEGIN')
+    for res in xs:
+        token_of(h.submit(LOCK_X, [res, LONG]), 10)
+    nodes = {}
+    for res in xs:
+        [node] = ctx.zi.wait_contenders(res, 1)
+        ctx.kz.delete(node.path)
+        nodes[res] = node.path
+    e = expect_error(h, 'COMMIT', '40001', 'COMMIT with two locks lost')
+    m = re.fullmatch(r'exclusive zklock on "(%s|%s)" and 1 other zklock '
+                     r'lock were lost' % tuple(xs),
+                     e.diag.message_primary or '')
+    assert m, str(e)
+    assert_lost(e, e.diag.message_primary, deleted_detail(nodes[m.group(1)]),
+                RERUN_HINT)
+    for res in xs + [s]:
+        ctx.zi.wait_contenders(res, 0)
+
+
+def test_relock_of_lost_lock_names_it(ctx):
+    """Locking again (re-entrantly) a lock whose node was deleted fails
+    with the same 40001 message as the COMMIT would."""
+    res = 'loss-relock'
+    h = ctx.backend('loss-H-relock')
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, [res, LONG]), 10)
+    [node] = ctx.zi.wait_contenders(res, 1)
+    ctx.kz.delete(node.path)
+    rows = h.query('SELECT state FROM zk_locks WHERE resource = %s', [res])
+    assert rows == [('lost',)], rows
+    e = expect_error(h, LOCK_X, '40001', 're-lock of the lost lock',
+                     [res, LONG])
+    assert_lost(e, 'exclusive zklock on "%s" was lost' % res,
+                deleted_detail(node.path), RERUN_HINT)
+    h.query('ROLLBACK')
 
 
 def test_waiter_loses_its_own_node(ctx):

@@ -20,6 +20,7 @@ backend and the suite's ZooKeeper: stopping it cuts the backend off
 (reconnects are refused) while the rest of the suite goes on.
 """
 
+import re
 import time
 import uuid
 
@@ -62,27 +63,90 @@ def assert_no_verify_off_hint(e):
         'the error suggests turning the check off: %r' % text
 
 
+# a timestamptz as timestamptz_to_str writes it, e.g. 2026-11-25 00:31:02.123+00
+TS = r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?[+-]\d\d'
+
+
 def test_unconfirmed_commit_names_the_outage(ctx):
-    """ZooKeeper unreachable at COMMIT: 40001, the DETAIL says since when
-    the connection is lost and for how long the check waited, the HINT
+    """ZooKeeper unreachable at COMMIT: 40001 naming the locks it could
+    not confirm (the first by name, and how many others), the DETAIL says
+    since when the connection is lost and for how many seconds, the HINT
     says to retry once ZooKeeper is reachable and to look at
-    zk_status(), not to turn zklock.verify_at_commit off."""
-    res = 'outage-commit-%s' % uuid.uuid4().hex[:8]
-    with Cut(ctx, 'commit') as c:
-        b = c.backend('outage-commit')
+    zk_status(), not to turn zklock.verify_at_commit off.  One lock, then
+    two."""
+    for n in (1, 2):
+        res = 'outage-commit-%s' % uuid.uuid4().hex[:8]
+        names = [res + '-%d' % i for i in range(n)]
+        with Cut(ctx, 'commit') as c:
+            b = c.backend('outage-commit-%d' % n)
+            b.query('BEGIN')
+            for name in names:
+                token_of(b.submit(LOCK_X, [name, '10 seconds']), 10)
+            c.cut()
+            e = expect_sqlstate(b.submit('COMMIT'), '40001',
+                                ctx.session_timeout + 15, 'COMMIT cut off')
+        detail = e.diag.message_detail or ''
+        hint = e.diag.message_hint or ''
+        assert_no_verify_off_hint(e)
+        if n == 1:
+            want = ('could not confirm exclusive zklock on "%s" with '
+                    'ZooKeeper before commit' % names[0])
+        else:
+            want = ('could not confirm exclusive zklock on "%s" and 1 other '
+                    'zklock lock with ZooKeeper before commit' % names[0])
+        assert e.diag.message_primary == want, str(e)
+        assert c.proxy.address in detail, detail
+        m = re.search(r'no connection since %s \((\d+\.\d) s\)' % TS, detail)
+        assert m, detail
+        # the check waited up to the session timeout for the connection
+        assert float(m.group(2)) >= ctx.session_timeout * 0.5, detail
+        assert 'zk_status()' in hint and 'reachable' in hint, hint
+        # the session expires on the server; its nodes go with it
+        for name in names:
+            ctx.zi.wait_contenders(name, 0, timeout=ctx.session_timeout + 10)
+        b.close(timeout=5)
+
+
+def test_session_expired_during_outage_says_when(ctx):
+    """The connection is gone until the server has expired the session;
+    when it comes back, the COMMIT of the transaction that held the lock
+    fails with 40001 naming the lock, the DETAIL gives the session, its
+    node, when it expired and after how many seconds without a
+    connection, the HINT says to run the transaction again."""
+    res = 'outage-expired-%s' % uuid.uuid4().hex[:8]
+    with Cut(ctx, 'expired') as c:
+        b = c.backend('outage-expired')
         b.query('BEGIN')
         token_of(b.submit(LOCK_X, [res, '10 seconds']), 10)
+        sid = b.scalar('SELECT session_id FROM zk_status()')
+        [node] = ctx.zi.wait_contenders(res, 1)
+        port = c.proxy.port
         c.cut()
-        e = expect_sqlstate(b.submit('COMMIT'), '40001',
-                            ctx.session_timeout + 15, 'COMMIT cut off')
+        # the server expires the session: its node goes
+        harness.wait_until(lambda: ctx.kz.exists(node.path) is None,
+                           ctx.session_timeout + 20,
+                           'the session to expire on the server',
+                           interval=0.2)
+        back = zkproxy.ZkProxy(ctx.zk.host_port(1), name='zkproxy-back')
+        back.start(port)
+        try:
+            e = expect_sqlstate(b.submit('COMMIT'), '40001',
+                                ctx.session_timeout + 15,
+                                'COMMIT after the session expired')
+        finally:
+            back.stop()
+    assert e.diag.message_primary == \
+        'exclusive zklock on "%s" was lost' % res, str(e)
     detail = e.diag.message_detail or ''
-    hint = e.diag.message_hint or ''
-    assert_no_verify_off_hint(e)
-    assert 'could not confirm' in (e.diag.message_primary or ''), str(e)
-    assert 'since' in detail and c.proxy.address in detail, detail
-    assert 'zk_status()' in hint and 'reachable' in hint, hint
-    # the session expires on the server; its node goes with it
-    ctx.zi.wait_contenders(res, 0, timeout=ctx.session_timeout + 10)
+    m = re.fullmatch(r'The ZooKeeper session %s that held node "%s" '
+                     r'expired at %s, after (\d+\.\d) s without a '
+                     r'connection to the ensemble\.'
+                     % (sid, re.escape(node.path), TS), detail)
+    assert m, detail
+    assert float(m.group(2)) >= ctx.session_timeout * 0.5, detail
+    assert (e.diag.message_hint or '').startswith(
+        'Roll back and run the transaction again'), e.diag.message_hint
+    b.close(timeout=5)
 
 
 def test_timeout_while_never_connected_says_unreachable(ctx):

@@ -415,10 +415,12 @@ class ZkProxy:
 
     # -- life cycle -------------------------------------------------------
 
-    def start(self):
+    def start(self, port=0):
+        """Listen on port (0: a free one; another's port, given back
+        after its stop(): the client that used it can reconnect)."""
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(('127.0.0.1', 0))
+        s.bind(('127.0.0.1', port))
         s.listen(16)
         # accept() wakes up now and then to notice stop()
         s.settimeout(0.2)

@@ -1,0 +1,122 @@
+/*-------------------------------------------------------------------------
+ *
+ * lostreason.c
+ *	  What is known about a lost zklock lock -- why it was lost and when --
+ *	  and the ERROR that tells the user.
+ *
+ * A user whose COMMIT fails with 40001 because a lock was lost has to
+ * decide what to do: run the transaction again, acknowledge a session-
+ * level loss, or look at ZooKeeper.  So the error names the lock, says
+ * what happened with the time it happened (the session's expiry, seen by
+ * the session layer, with how long the connection had been gone before;
+ * or when the deletion of the node was noticed), and what to do next for
+ * the lock's scope.
+ *
+ * src/lostreason.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "locktable_int.h"
+#include "session.h"
+
+/*
+ * A backend that was frozen (stopped, swapped out) past the session
+ * timeout sees its connection go and the expiry announced in the same
+ * moment on waking: "after 0.0 s without a connection" would read as if
+ * the session expired with no outage at all, so below this the DETAIL
+ * says only when it expired.  (A negative span, clocks stepped back, is
+ * left out too.)
+ */
+#define NO_OUTAGE_US	(100 * 1000)
+
+void
+zkl_record_loss(ZklLock *lock, ZklLost why)
+{
+	lock->lost = why;
+	lock->lost_at = GetCurrentTimestamp();
+	lock->expired_at = 0;
+	lock->unreachable_since = 0;
+	if (why == ZKL_LOST_SESSION &&
+		zks_session_expiry(lock->session_id, &lock->expired_at,
+						   &lock->unreachable_since) &&
+		lock->expired_at - lock->unreachable_since < NO_OUTAGE_US)
+		lock->unreachable_since = 0;
+}
+
+/*
+ * A session-level loss first: it fails every commit until acknowledged,
+ * so its HINT is the one the user needs.  Then the earliest noticed, then
+ * by name, so that the same losses give the same message.
+ */
+bool
+zkl_report_before(const ZklLock *a, const ZklLock *b)
+{
+	bool		a_session = a->session_count > 0;
+	bool		b_session = b->session_count > 0;
+	int			cmp;
+
+	if (a_session != b_session)
+		return a_session;
+	if (a->lost_at != b->lost_at)
+		return a->lost_at < b->lost_at;
+	cmp = strcmp(a->key.resource, b->key.resource);
+	if (cmp != 0)
+		return cmp < 0;
+	return a->key.mode < b->key.mode;
+}
+
+static int
+lost_errmsg(ZklLock *lock, int others)
+{
+	if (others == 0)
+		return errmsg("%s zklock on \"%s\" was lost",
+					  zkr_mode_name(lock->key.mode), lock->key.resource);
+	return errmsg_plural("%s zklock on \"%s\" and %d other zklock lock were lost",
+						 "%s zklock on \"%s\" and %d other zklock locks were lost",
+						 others,
+						 zkr_mode_name(lock->key.mode), lock->key.resource,
+						 others);
+}
+
+static int
+lost_errdetail(ZklLock *lock)
+{
+	unsigned long long sid = (unsigned long long) lock->session_id;
+
+	if (lock->lost == ZKL_LOST_DELETED)
+		return errdetail("Node \"%s\" was deleted from ZooKeeper while the lock was held (noticed at %s).",
+						 lock->node, timestamptz_to_str(lock->lost_at));
+	if (lock->expired_at != 0 && lock->unreachable_since != 0)
+		return errdetail("The ZooKeeper session 0x%llx that held node \"%s\" expired at %s, after %.1f s without a connection to the ensemble.",
+						 sid, lock->node, timestamptz_to_str(lock->expired_at),
+						 (double) (lock->expired_at - lock->unreachable_since) /
+						 USECS_PER_SEC);
+	if (lock->expired_at != 0)
+		return errdetail("The ZooKeeper session 0x%llx that held node \"%s\" expired at %s.",
+						 sid, lock->node, timestamptz_to_str(lock->expired_at));
+	/* the session ended some other way (authentication failed, replaced) */
+	return errdetail("The ZooKeeper session 0x%llx that held node \"%s\" ended; the loss was noticed at %s.",
+					 sid, lock->node, timestamptz_to_str(lock->lost_at));
+}
+
+void
+zkl_lost_error(ZklLock *lock, int others)
+{
+	const char *unlock_fn = lock->key.mode == ZKR_MODE_SHARED ?
+		"zk_unlock_shared" : lock->key.mode == ZKR_MODE_SEMAPHORE ?
+		"zk_unlock_semaphore" : "zk_unlock";
+
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 lost_errmsg(lock, others),
+			 lost_errdetail(lock),
+			 lock->session_count > 0 ?
+			 errhint("Acknowledge the loss with %s(%s) or zk_unlock_all(), then take the lock again; until then every commit of this session fails.",
+					 unlock_fn, quote_literal_cstr(lock->key.resource)) :
+			 errhint("Roll back and run the transaction again: it takes the lock anew, and another holder may have run meanwhile.")));
+}
