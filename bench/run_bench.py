@@ -75,10 +75,6 @@ Parts (--only takes a comma-separated list of these names):
   memory       VmRSS of a backend (/proc/<pg_backend_pid()>/status): open
                session, 10,000 held locks, after their release; before and
                after 50,000 lock cycles (DO loop with COMMIT per cycle).
-  stats        what the cumulative statistics cost (issue 32): a cluster
-               preloading zklock, zklock.track_stats on against off, 1 and
-               16 clients, one name and names never used before
-               (bench/stats_part.py).
   tail         the tail of the lock cycle (issue 27), 1 client and 16 on
                one lock: zklock (pgbench with a per-transaction log, default
                settings: the reply nudge on) for --tail-seconds (600: the
@@ -113,7 +109,6 @@ ROOT = os.path.dirname(HERE)
 BUILD = os.path.join(HERE, 'build')
 sys.path.insert(0, os.path.join(ROOT, 'test', 'lib'))
 import harness  # noqa: E402
-import stats_part  # noqa: E402
 
 PGBENCH = harness.PG_BIN + '/pgbench'
 RAWZK = os.path.join(BUILD, 'rawzk')
@@ -424,45 +419,32 @@ class Bench:
         client processes and of the ZooKeeper servers."""
         return cpu_ns(client_pids), cpu_ns(self.zk_pids())
 
-    def pgbench_client_pids(self, proc, pg=None):
+    def pgbench_client_pids(self, proc):
         """pgbench (and runuser) plus the backends serving it."""
         pids = [proc.pid] + descendants(proc.pid)
-        if pg is None or pg is self.pg:
-            conn, own = self.monitor, False
-        else:
-            conn, own = pg.connect(), True
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT pid FROM pg_stat_activity "
-                            "WHERE application_name = 'pgbench'")
-                pids += [r[0] for r in cur.fetchall()]
-        finally:
-            if own:
-                conn.close()
+        with self.monitor.cursor() as cur:
+            cur.execute("SELECT pid FROM pg_stat_activity "
+                        "WHERE application_name = 'pgbench'")
+            pids += [r[0] for r in cur.fetchall()]
         return pids
 
     # -- one measurement of each implementation -----------------------------
 
-    def pgbench(self, script, clients, verify=None, protocol=None, pg=None,
-                settings=None):
+    def pgbench(self, script, clients, verify=None, protocol=None):
         """pgbench -c clients for warmup+secs seconds.  The per-second
         progress lines after the warmup give the rate; CPU is sampled as
         those lines arrive.  Returns (rate, total xacts, cpu) with cpu =
-        (client ns, ZooKeeper ns, cycles) over the sampled window.  pg:
-        another cluster than the bench's; settings: more -c options."""
-        pg = pg or self.pg
+        (client ns, ZooKeeper ns, cycles) over the sampled window."""
         env = dict(os.environ)
         opts = []
         if verify is not None:
             opts.append('-c zklock.verify_at_commit=%s' % verify)
         if protocol is not None:
             opts.append('-c zklock.protocol=%s' % protocol)
-        for k, v in (settings or {}).items():
-            opts.append('-c %s=%s' % (k, v))
         if opts:
             env['PGOPTIONS'] = ' '.join(opts)
         cmd = harness.as_pg_user([
-            PGBENCH, '-n', '-h', '127.0.0.1', '-p', str(pg.port),
+            PGBENCH, '-n', '-h', '127.0.0.1', '-p', str(self.pg.port),
             '-U', 'postgres', '-c', str(clients), '-j', '1',
             # one second more than measured: the last progress line races
             # with the clients disconnecting (threads exiting, CPU vanishing)
@@ -483,7 +465,7 @@ class Bench:
                 if t < self.warmup - 0.01 or t > self.warmup + self.secs + 0.01:
                     continue
                 if pids is None:
-                    pids = self.pgbench_client_pids(proc, pg)
+                    pids = self.pgbench_client_pids(proc)
                 snap = self.cpu_snapshot(pids)
                 if first is None:
                     first = snap                # start of the window
@@ -611,27 +593,6 @@ class Bench:
             log('%s with %d client(s) FAILED: %s' % (impl, clients, e))
             self.failures.append('%s, %d client(s): %s'
                                  % (impl, clients, str(e).splitlines()[0]))
-        return None, None, None
-
-    def measure_pgbench(self, script, clients, pg, settings):
-        """One pgbench run on another cluster, as measure() does it: (rate,
-        None, (client CPU, ZooKeeper CPU) us per cycle), or Nones for a
-        failed run (logged and listed, not tried again)."""
-        try:
-            s0 = cpu_stat()
-            rate, total, cpu = self.pgbench(script, clients, pg=pg,
-                                            settings=settings)
-            if not rate:
-                raise RuntimeError('no cycle completed in the measured window')
-            st = steal_percent(s0, cpu_stat())
-            if st is not None:
-                self.steal.append(st)
-            cpu_us = (cpu[0] / 1e3 / cpu[2], cpu[1] / 1e3 / cpu[2]) if cpu else None
-            return rate, None, cpu_us
-        except Exception as e:
-            log('%s with %d client(s), %s FAILED: %s' % (script, clients, settings, e))
-            self.failures.append('%s, %d client(s), %s: %s'
-                                 % (script, clients, settings, str(e).splitlines()[0]))
         return None, None, None
 
     def _measure(self, impl, clients, path=None):
@@ -1263,10 +1224,6 @@ class Bench:
                                         'p999': nearest_rank(ms, 0.999),
                                         'max': ms[-1], 'calls': len(ms)})
 
-    def part_stats(self):
-        """Statistics on against off (issue 32): bench/stats_part.py."""
-        stats_part.run(self)
-
     # -- tail latency (issue 27) ---------------------------------------------
 
     TAIL = [
@@ -1340,7 +1297,7 @@ class Bench:
         os.chmod(script, 0o644)
         warm = self.warmup
         cmd = harness.as_pg_user([
-            PGBENCH, '-n', '-h', '127.0.0.1', '-p', str(pg.port),
+            PGBENCH, '-n', '-h', '127.0.0.1', '-p', str(self.pg.port),
             '-U', 'postgres', '-c', str(n), '-j', str(min(n, 2)),
             '-T', str(warm + secs), '-l', '--log-prefix',
             os.path.join(out_dir, 'tx'), '-f', script, 'postgres'])
@@ -1544,7 +1501,6 @@ def targets(res):
     sem = res.get('semaphore') or {}
     out = []
     tail_targets(res, out)
-    out.extend(stats_part.targets(res))
 
     def at_least(label, x, bound):
         out.append((label, x, x is not None and x >= bound))
@@ -2359,7 +2315,6 @@ def write_markdown(res, info, path, elapsed, load):
         L.append('|---|---|---|')
         for name, value, ok in fresh_targets(res):
             L.append('| %s | %s | %s |' % (name, fmt(value, '%.3f'), 'yes' if ok else '**no**'))
-    stats_part.report(res, L)
     tail = res.get('tail') or {}
     if any(isinstance(v, dict) and any(isinstance(k, int) for k in v)
            for v in tail.values()):
@@ -2427,7 +2382,7 @@ def write_markdown(res, info, path, elapsed, load):
 
 
 PARTS = ('uncontended', 'contended', 'latency', 'semaphore', 'herd', 'many',
-         'arrays', 'memory', 'fresh', 'stats', 'tail')
+         'arrays', 'memory', 'fresh', 'tail')
 
 
 def self_many(res):

@@ -299,8 +299,19 @@ zkc_confirm(ZkcNode *nodes, int n, TimestampTz deadline,
 		for (;;)
 		{
 			ZksRc		failure = ZKS_OK;
-			ZksRc		rc = zks_await_connection(deadline);
+			ZksRc		rc;
 
+			/*
+			 * A look (zk_locks) that lost the connection in the middle of
+			 * a round does not wait for the next one: it answers at once
+			 * with what it knows, as it does when it starts disconnected.
+			 */
+			if (!wait_for_connection && !zks_is_connected())
+			{
+				result = ZKS_CONNECTION_LOSS;
+				break;
+			}
+			rc = zks_await_connection(deadline);
 			if (rc == ZKS_SESSION_EXPIRED || rc == ZKS_NOAUTH)
 			{
 				(void) all_lost_with_session(&r);

@@ -432,6 +432,17 @@ class ZkProxy:
         self._accept_thread.start()
         return self
 
+    def refuse_new(self):
+        """Close the listening socket: connections already made go on, a
+        new one is refused (an outage that starts now, for a client that
+        will try to reconnect).  Safe from a hook; stop() still ends the
+        rest."""
+        if self._listener is not None:
+            try:
+                self._listener.close()
+            except OSError:
+                pass
+
     def stop(self, timeout=10.0):
         """Stop accepting, end every connection abruptly (both sockets
         shut down at once, nothing drained) and wait, bounded, for the
