@@ -75,6 +75,11 @@ Parts (--only takes a comma-separated list of these names):
   memory       VmRSS of a backend (/proc/<pg_backend_pid()>/status): open
                session, 10,000 held locks, after their release; before and
                after 50,000 lock cycles (DO loop with COMMIT per cycle).
+  stats        what the cumulative statistics cost (issue 32): a cluster
+               preloading zklock, zklock.track_stats on against off mixed
+               transaction by transaction in one pgbench run, 1 and 16
+               clients, one name and names never used before
+               (bench/stats_part.py).
   tail         the tail of the lock cycle (issue 27), 1 client and 16 on
                one lock: zklock (pgbench with a per-transaction log, default
                settings: the reply nudge on) for --tail-seconds (600: the
@@ -109,6 +114,7 @@ ROOT = os.path.dirname(HERE)
 BUILD = os.path.join(HERE, 'build')
 sys.path.insert(0, os.path.join(ROOT, 'test', 'lib'))
 import harness  # noqa: E402
+import stats_part  # noqa: E402
 
 PGBENCH = harness.PG_BIN + '/pgbench'
 RAWZK = os.path.join(BUILD, 'rawzk')
@@ -1224,6 +1230,10 @@ class Bench:
                                         'p999': nearest_rank(ms, 0.999),
                                         'max': ms[-1], 'calls': len(ms)})
 
+    def part_stats(self):
+        """Statistics on against off (issue 32): bench/stats_part.py."""
+        stats_part.run(self)
+
     # -- tail latency (issue 27) ---------------------------------------------
 
     TAIL = [
@@ -1501,6 +1511,7 @@ def targets(res):
     sem = res.get('semaphore') or {}
     out = []
     tail_targets(res, out)
+    out.extend(stats_part.targets(res))
 
     def at_least(label, x, bound):
         out.append((label, x, x is not None and x >= bound))
@@ -2315,6 +2326,7 @@ def write_markdown(res, info, path, elapsed, load):
         L.append('|---|---|---|')
         for name, value, ok in fresh_targets(res):
             L.append('| %s | %s | %s |' % (name, fmt(value, '%.3f'), 'yes' if ok else '**no**'))
+    stats_part.report(res, L)
     tail = res.get('tail') or {}
     if any(isinstance(v, dict) and any(isinstance(k, int) for k in v)
            for v in tail.values()):
@@ -2382,7 +2394,7 @@ def write_markdown(res, info, path, elapsed, load):
 
 
 PARTS = ('uncontended', 'contended', 'latency', 'semaphore', 'herd', 'many',
-         'arrays', 'memory', 'fresh', 'tail')
+         'arrays', 'memory', 'fresh', 'stats', 'tail')
 
 
 def self_many(res):
