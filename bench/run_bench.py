@@ -20,7 +20,7 @@ all alike); every figure the median over the rounds and every ratio the
 median of the per-round ratios; host CPU steal recorded (/proc/stat).
 QUICK=1: 1 round, 2 s measurements, fewer array and memory cycles.
 
-Time: about 22 minutes on this 2-core VM, plus 28 for the tail part.  To stay under ~35 minutes
+Time: about 22 minutes on this 2-core VM, plus 8 for the stats part and 28 for the tail part.  To stay under ~35 minutes
 with five rounds on three servers, the default run measures 3 s per figure
 (4 s per handoff-latency figure) after a 1 s warm-up (2 s for Curator's
 JIT), leaves out the reference-only uncontended rows (rawzk pipelined and

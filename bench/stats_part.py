@@ -43,11 +43,15 @@ import subprocess
 import harness
 
 CASES = [
-    # (key, clients, script, label)
-    ('one1', 1, 'one', '1 client, one name'),
-    ('fresh1', 1, 'fresh', '1 client, fresh names'),
-    ('one16', 16, 'one', '16 clients, one name'),
-    ('fresh16', 16, 'fresh', '16 clients, fresh names'),
+    # (key, clients, script, label, measured seconds per round (full run))
+    ('one1', 1, 'one', '1 client, one name', 12),
+    ('fresh1', 1, 'fresh', '1 client, fresh names', 12),
+    ('one16', 16, 'one', '16 clients, one name', 12),
+    # 16 independent streams on 2 cores: a transaction's latency varies
+    # about as much as its mean (16 backends and 3 servers share 2 cores),
+    # so it takes 4 times the transactions to bound 2 % (12 s per round
+    # gave +0.98 % +- 1.57 %)
+    ('fresh16', 16, 'fresh', '16 clients, fresh names', 48),
 ]
 TARGET = 0.02       # issue 32: at most 2 % slower with statistics on
 
@@ -113,7 +117,6 @@ def run(bench):
     """Measure every case, bench.runs rounds; results in
     bench.results['stats']."""
     res = bench.results.setdefault('stats', {})
-    secs = 5 if bench.quick else 12
     pg = harness.PgCluster('bench-stats', base_dir=bench.work, extra_conf={
         'shared_preload_libraries': 'zklock',
         'zklock.hosts': bench.zk.connect_string,
@@ -123,9 +126,10 @@ def run(bench):
     try:
         pg.psql('CREATE EXTENSION zklock')
         paths = write_scripts(bench.work)
-        rounds = {key: [] for key, _, _, _ in CASES}
+        rounds = {key: [] for key, *_ in CASES}
         for r in range(bench.runs):
-            for key, clients, script, label in CASES:
+            for key, clients, script, label, full_secs in CASES:
+                secs = 5 if bench.quick else full_secs
                 try:
                     got = mixed_run(pg, clients, paths[(script, 'on')],
                                     paths[(script, 'off')], secs)
@@ -142,12 +146,13 @@ def run(bench):
                                got['off'][0], got['off'][1],
                                100 * (got['on'][1] / got['off'][1] - 1)))
         res['rounds'] = bench.runs
-        res['seconds'] = secs
+        res['quick'] = bench.quick
         cl = pg.psql('SELECT names_tracked, evictions, acquisitions '
                      'FROM zk_stat_cluster').split('|')
         res['names'], res['evictions'], res['counted'] = (int(x) for x in cl)
-        for key, clients, script, label in CASES:
-            res[key] = summarize(rounds[key], label, clients)
+        for key, clients, script, label, full_secs in CASES:
+            res[key] = summarize(rounds[key], label, clients,
+                                 5 if bench.quick else full_secs)
     finally:
         pg.stop()
 
@@ -168,20 +173,20 @@ def _pooled(parts):
     return n, mean, math.sqrt(ss / max(n - 1, 1))
 
 
-def summarize(rounds, label, clients):
+def summarize(rounds, label, clients, secs):
     """The median of the per-round overheads, and the overhead of every
     transaction pooled, with its 95 % interval (normal approximation:
     thousands of transactions per setting)."""
     if not rounds:
         return {'label': label, 'clients': clients, 'rounds': 0,
-                'overhead': None}
+                'secs': secs, 'overhead': None}
     per_round = [g['on'][1] / g['off'][1] - 1 for g in rounds]
     on = _pooled([g['on'] for g in rounds])
     off = _pooled([g['off'] for g in rounds])
     se = math.sqrt(on[2] ** 2 / on[0] + off[2] ** 2 / off[0])
     return {
         'label': label, 'clients': clients, 'rounds': len(rounds),
-        'n_on': on[0], 'n_off': off[0],
+        'secs': secs, 'n_on': on[0], 'n_off': off[0],
         'lat_on': on[1], 'lat_off': off[1],
         'overhead': _median(per_round),
         'overhead_min': min(per_round), 'overhead_max': max(per_round),
@@ -195,7 +200,7 @@ def targets(res):
     95 % bound is within the target."""
     st = res.get('stats') or {}
     out = []
-    for key, clients, script, label in CASES:
+    for key, clients, script, label, full_secs in CASES:
         x = st.get(key)
         if x and x.get('overhead') is not None:
             out.append(('statistics overhead, %s <= 2 %%' % label,
@@ -207,13 +212,13 @@ def targets(res):
 def report(res, L):
     """The part's section of results.md."""
     st = res.get('stats') or {}
-    if not any(st.get(key) for key, _, _, _ in CASES):
+    if not any(st.get(key) for key, *_ in CASES):
         return
     L.append('')
     L.append('## Statistics overhead (issue 32)')
     L.append('')
     L.append('A cluster that preloads zklock (default settings: verify_at_commit on, '
-             'stat_max_names 1000). In each pgbench run of %d s two scripts of equal '
+             'stat_max_names 1000). In each pgbench run (seconds per round below) two scripts of equal '
              'weight, `SET zklock.track_stats = on` or `off` then `BEGIN; SELECT '
              'zk_lock_exclusive(...); COMMIT`, are mixed transaction by transaction, '
              'so both settings see the ensemble at the same moments (run against run, '
@@ -223,20 +228,20 @@ def report(res, L):
              'every transaction pooled with its 95 %% interval. Fresh names: a name '
              'never used before in every call (at the end the table held %d names '
              'after %d evictions; %d acquisitions counted with statistics on).'
-             % (st.get('seconds', 0), st.get('rounds', 0), st.get('names', 0),
+             % (st.get('rounds', 0), st.get('names', 0),
                 st.get('evictions', 0), st.get('counted', 0)))
     L.append('')
-    L.append('| case | transactions on / off | latency on | latency off | overhead '
+    L.append('| case | seconds per round | transactions on / off | latency on | latency off | overhead '
              '(median of rounds) | rounds: min .. max | pooled, 95 % interval |')
-    L.append('|---|---|---|---|---|---|---|')
-    for key, clients, script, label in CASES:
+    L.append('|---|---|---|---|---|---|---|---|')
+    for key, clients, script, label, full_secs in CASES:
         x = st.get(key)
         if not x or x.get('overhead') is None:
-            L.append('| %s | failed | | | | | |' % label)
+            L.append('| %s | failed | | | | | | |' % label)
             continue
-        L.append('| %s | %d / %d | %.3f | %.3f | %+.2f %% | %+.2f .. %+.2f %% | '
+        L.append('| %s | %d | %d / %d | %.3f | %.3f | %+.2f %% | %+.2f .. %+.2f %% | '
                  '%+.2f %% ± %.2f %% |'
-                 % (label, x['n_on'], x['n_off'], x['lat_on'], x['lat_off'],
+                 % (label, x['secs'], x['n_on'], x['n_off'], x['lat_on'], x['lat_off'],
                     100 * x['overhead'], 100 * x['overhead_min'],
                     100 * x['overhead_max'], 100 * x['pooled'], 100 * x['ci95']))
     L.append('')
