@@ -711,7 +711,29 @@ zks_wait_event(ZksEventMark seen, TimestampTz deadline)
 			return true;
 		if (zks_deadline_passed(deadline))
 			return false;
-		zks_sleep_on_latch(deadline, ZKS_WAIT_NOTIFICATION);
+
+		/*
+		 * Waiting with nothing outstanding: the idle nudge (see
+		 * session_nudge.c) is sent from here, and the sleep ends when
+		 * the next one is due.
+		 */
+		{
+			int			ping_ms = zks_negotiated_timeout() / 3;
+			int			due_ms;
+			TimestampTz until = deadline;
+
+			zkn_idle_tick(ping_ms);
+			due_ms = zkn_idle_due_ms(ping_ms);
+			if (due_ms >= 0)
+			{
+				TimestampTz at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															 Max(due_ms, 1));
+
+				if (until == 0 || at < until)
+					until = at;
+			}
+			zks_sleep_on_latch(until, ZKS_WAIT_NOTIFICATION);
+		}
 	}
 }
 

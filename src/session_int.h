@@ -135,6 +135,8 @@ extern bool zkn_start(int delay_ms, size_t stack_size);
 extern void zkn_set_delay(int delay_ms);
 extern void zkn_stop(void);
 extern uint64 zkn_nudges(void);
+extern int	zkn_idle_due_ms(int ping_ms);
+extern void zkn_idle_tick(int ping_ms);
 
 /* session_watch.c, from the session watcher and close_handle */
 extern void zkw_node_event_locked(int type, const char *path);

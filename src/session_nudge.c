@@ -74,6 +74,9 @@
 /* nudges sent while none has been answered, at most */
 #define NUDGES_IN_FLIGHT 4
 
+/* the first idle nudge of a wait for a watch, after this much quiet */
+#define IDLE_NUDGE_FIRST_MS 100
+
 /*
  * Shared by the backend (sending), the completion thread (replies, and
  * the clean-up tasks it sends) and the nudge thread, under nudge_mutex, a
@@ -92,6 +95,8 @@ static int	delay_ms = 0;			/* 0: never nudge */
 static bool stopping = false;
 static bool idle_waiting = false;	/* the thread sleeps without timeout */
 static uint64 nudges_sent = 0;		/* for zk_status() */
+static int64_t last_sent_ns = 0;	/* the last request sent */
+static int64_t idle_gap_ms = IDLE_NUDGE_FIRST_MS;	/* see zkn_idle_tick */
 
 static bool thread_running = false;	/* backend-only */
 static pthread_t nudge_thread;
@@ -111,6 +116,8 @@ zkn_sent(void)
 {
 	pthread_mutex_lock(&nudge_mutex);
 	sent_count++;
+	last_sent_ns = now_ns();
+	idle_gap_ms = IDLE_NUDGE_FIRST_MS;
 	if (sent_count - answered_count == 1)
 	{
 		/* the first of a burst: the clock starts now */
@@ -292,6 +299,84 @@ zkn_stop(void)
 	pthread_mutex_unlock(&nudge_mutex);
 	pthread_join(nudge_thread, NULL);
 	thread_running = false;
+}
+
+/*
+ * The idle nudge, for a backend that waits for a watch with no reply
+ * outstanding (zks_wait_event).  A stall the reply nudge cannot see: the
+ * contended test (test_wakeup) met, about once in ten minutes of cycles,
+ * all four clients waiting on their watches for 0.67 s -- a third of the
+ * session timeout, the interval at which libzookeeper pings a quiet
+ * connection -- with no connection timed out: the notification they
+ * waited for came only when some waiting client's ping reached its
+ * server, which then ran what it had not yet run.  So a waiting backend
+ * sends, itself, what that ping did, sooner: exists("/") after
+ * IDLE_NUDGE_FIRST_MS without any request, reply or nudge, then after
+ * twice that, and so on while the gap is shorter than libzookeeper's own
+ * ping interval (ping_ms).  A long wait thus costs a handful of reads (6
+ * for a wait of any length at the default 10 s session timeout), and a
+ * request sent starts the series again.  zklock.reply_nudge_delay = 0
+ * turns these off too.
+ */
+
+/* Milliseconds until the next idle nudge is due; -1 if none will be. */
+int
+zkn_idle_due_ms(int ping_ms)
+{
+	int64_t		last;
+	int64_t		ms;
+
+	pthread_mutex_lock(&nudge_mutex);
+	if (delay_ms <= 0 || idle_gap_ms >= ping_ms)
+	{
+		pthread_mutex_unlock(&nudge_mutex);
+		return -1;
+	}
+	last = Max(Max(progress_ns, last_nudge_ns), last_sent_ns);
+	ms = (last + idle_gap_ms * 1000000 - now_ns()) / 1000000;
+	pthread_mutex_unlock(&nudge_mutex);
+	return (int) Max(ms, 0);
+}
+
+/*
+ * Send the idle nudge if it is due (backend).  Nothing while a reply is
+ * outstanding: the reply nudge's thread looks after that.
+ */
+void
+zkn_idle_tick(int ping_ms)
+{
+	int64_t		now = now_ns();
+	int64_t		before;
+	bool		ok;
+
+	pthread_mutex_lock(&nudge_mutex);
+	if (delay_ms <= 0 || idle_gap_ms >= ping_ms ||
+		sent_count - answered_count > 0 || in_flight >= NUDGES_IN_FLIGHT ||
+		now < Max(Max(progress_ns, last_nudge_ns), last_sent_ns) +
+		idle_gap_ms * 1000000)
+	{
+		pthread_mutex_unlock(&nudge_mutex);
+		return;
+	}
+	in_flight++;
+	last_nudge_ns = now;
+	before = sent_count;
+	idle_gap_ms *= 2;
+	pthread_mutex_unlock(&nudge_mutex);
+
+	ok = send_nudge(before);
+
+	/*
+	 * Not counted in zk_status().nudges: every wait longer than 100 ms
+	 * sends some, on any server, while that counter tells of late
+	 * replies.
+	 */
+	if (!ok)
+	{
+		pthread_mutex_lock(&nudge_mutex);
+		in_flight--;
+		pthread_mutex_unlock(&nudge_mutex);
+	}
 }
 
 /* Nudges sent by this backend's sessions so far. */

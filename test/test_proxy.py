@@ -1161,3 +1161,56 @@ def test_o_record_of_an_ended_wait_closes_no_cycle(ctx):
                    round(time.monotonic() - t0, 1), 's')
         assert not ctx.kz.exists(record)
         b.query('COMMIT')
+
+
+# ---------------------------------------------------------------------------
+# p: the idle nudge of a backend that waits for a watch
+# ---------------------------------------------------------------------------
+
+def test_p_waiter_sends_idle_nudges_at_growing_gaps(ctx):
+    """A backend waiting on its watch, nothing outstanding, sends
+    exists("/") itself (session_nudge.c, the idle nudge): the first 100 ms
+    after the last request or reply on its connection, then each after
+    twice the gap before, and none once the gap reaches libzookeeper's own
+    ping interval (a third of the suite's 6 s session timeout: 2 s, so the
+    gaps are 100, 200, 400, 800 and 1600 ms, then pings alone).  A held
+    lock makes the wait; it lasts 5 s.  Before 1.5 the waiter sent
+    nothing in those 5 s."""
+    res = 'proxy-idle'
+    with Scene(ctx, 'idle') as sc:
+        sc.parent(res)
+        w = sc.backend('proxy-idle-w')
+        lock_cycle(ctx, w, res, 'warm-up lock')
+        h = ctx.backend('proxy-idle-h')
+        h.query('BEGIN')
+        token_of(h.submit(LOCK_X, [res, '60 seconds']), 10, 'holder')
+        # no wait record, its beats or the log line's read in these 5 s:
+        # they are requests, which start the series again
+        w.query("SET deadlock_timeout = '60s'")
+        mark = len(sc.proxy.requests())
+        w.query('BEGIN')
+        f = w.submit(LOCK_X, [res, '60 seconds'])
+        ctx.zi.wait_contenders(res, 2)
+        time.sleep(5.0)         # the wait whose requests are looked at
+        h.query('COMMIT')
+        token_of(f, 10, 'waiter')
+        w.query('COMMIT')
+        reqs = sc.proxy.requests()[mark:]
+        cid = next(r.cid for r in reqs if r.op == OP_CREATE2)
+        mine = [r for r in reqs if r.cid == cid and r.op != OP_PING]
+        # the wait: from the watch on the holder's node to the grant
+        start = max(i for i, r in enumerate(mine) if r.op == OP_EXISTS and r.watch)
+        nudges = [r for r in mine[start + 1:] if is_nudge(r)]
+        described = describe(mine[start:])
+        assert len(nudges) == 5, described
+        prev = mine[start].time
+        for k, r in enumerate(nudges):
+            gap = r.time - prev
+            want = 0.1 * 2 ** k
+            # at least the gap after the last request (and its reply);
+            # well under the next one: no nudge skipped or doubled
+            assert want - 0.005 <= gap < 2 * want, (k, gap, described)
+            prev = r.time
+        # nothing but the nudges while it waited
+        assert all(is_nudge(r) for r in
+                   mine[start + 1:start + 1 + len(nudges)]), described
