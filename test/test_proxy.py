@@ -1199,7 +1199,8 @@ def test_p_waiter_sends_idle_nudges_at_growing_gaps(ctx):
         cid = next(r.cid for r in reqs if r.op == OP_CREATE2)
         mine = [r for r in reqs if r.cid == cid and r.op != OP_PING]
         # the wait: from the watch on the holder's node to the grant
-        start = max(i for i, r in enumerate(mine) if r.op == OP_EXISTS and r.watch)
+        start = max(i for i, r in enumerate(mine)
+                    if r.op in (OP_EXISTS, OP_GETDATA) and r.watch)
         nudges = [r for r in mine[start + 1:] if is_nudge(r)]
         described = describe(mine[start:])
         assert len(nudges) == 5, described
