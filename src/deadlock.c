@@ -140,6 +140,7 @@ zkd_wait_end(ZkdWait *w)
 	w->search_at = 0;
 	w->checks = 0;
 	w->nblocked = 0;
+	w->rewritten = false;
 }
 
 /* The same members with the same records, in any order? */
@@ -300,6 +301,9 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		goto out;
 	}
 	zkwr_watch_own(w, deadline);
+	/* a wake that met our write: its event was spent on the write's */
+	due |= w->rewritten;
+	w->rewritten = false;
 	if (!due)
 		goto out;
 
@@ -323,8 +327,9 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 
 		for (int k = 0; k < first->len; k++)
 			if (first->m[k].has_record && first->m[k].session != zks_session_id())
-				zkwr_wake(first->m[k].rec->path, first->m[k].rec->data,
-						  first->m[k].rec->len, first->m[k].rec->version);
+				zkwr_wake(w, first->m[k].rec->path, first->m[k].rec->data,
+						  first->m[k].rec->len, first->m[k].rec->version,
+						  deadline);
 		for (;;)
 		{
 			Cycle	   *again = palloc0(sizeof(Cycle));
@@ -341,8 +346,8 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		}
 	}
 	else if (first->other != NULL)
-		zkwr_wake(first->other->path, first->other->data,
-				  first->other->len, first->other->version);
+		zkwr_wake(w, first->other->path, first->other->data,
+				  first->other->len, first->other->version, deadline);
 
 out:
 	MemoryContextSwitchTo(old);

@@ -31,6 +31,8 @@ typedef struct ZkdWait
 	int			checks;			/* searches so far */
 	char	   *record;			/* our published record's path, or NULL */
 	int64		record_czxid;
+	int32		record_version; /* the version our last write gave it */
+	bool		rewritten;		/* another member wrote it meanwhile */
 	bool		watching;		/* a data watch on our record is ours */
 	ZksRequest *req;			/* the record's create, while in flight */
 	uint64		beat;			/* the record's, advanced at every check */

@@ -195,6 +195,8 @@ zks_rc_text(ZksRc rc)
 			return "ZooKeeper session expired";
 		case ZKS_NOAUTH:
 			return "not authorized";
+		case ZKS_BADVERSION:
+			return "bad version";
 		case ZKS_ERROR:
 			return "ZooKeeper error";
 		case ZKS_TIMEDOUT:
@@ -224,6 +226,8 @@ zks_errdetail(ZksRc rc)
 			return errdetail("The ZooKeeper session expired.");
 		case ZKS_NOAUTH:
 			return errdetail("ZooKeeper refused: not authorized.");
+		case ZKS_BADVERSION:
+			return errdetail("ZooKeeper refused: the node was changed meanwhile.");
 		case ZKS_ERROR:
 			return errdetail("ZooKeeper answered with an error.");
 		case ZKS_TIMEDOUT:

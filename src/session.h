@@ -33,6 +33,7 @@ typedef enum ZksRc
 	ZKS_CONNECTION_LOSS,		/* reply lost: the request may have executed */
 	ZKS_SESSION_EXPIRED,		/* the session is gone, and all its nodes */
 	ZKS_NOAUTH,
+	ZKS_BADVERSION,				/* a versioned write met a newer version */
 	ZKS_ERROR,					/* anything else; see zks_rc_text */
 	ZKS_TIMEDOUT				/* our own deadline passed before the reply */
 } ZksRc;

@@ -375,6 +375,8 @@ map_rc(int zrc)
 		return ZKS_SESSION_EXPIRED;
 	if (zrc == ZNOAUTH || zrc == ZAUTHFAILED)
 		return ZKS_NOAUTH;
+	if (zrc == ZBADVERSION)
+		return ZKS_BADVERSION;
 	return ZKS_ERROR;
 }
 

@@ -30,6 +30,7 @@
 #include "zklock.h"
 
 #define WAITS_DIR		"%waits"
+#define WAKE_TRIES		3		/* writes of one wake, refused or not */
 
 /* Has another member written our record since we last looked? */
 bool
@@ -160,12 +161,30 @@ format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 }
 
 /*
+ * Has the record been written by someone else since our last write?
+ * Every write of ours is unconditional and the only other writes are
+ * wakes, so a version other than the one we expect means a wake that our
+ * own write (or the watch set after it) hid: ZooKeeper's versions grow
+ * by one per write, whatever server answers.
+ */
+static void
+note_version(ZkdWait *w, int32 version)
+{
+	if (version != w->record_version)
+		w->rewritten = true;
+	w->record_version = version;
+}
+
+/*
  * Keep a data watch on our own record: another member that finds a cycle
  * whose victim we are writes the record back unchanged to wake us.  Set
  * after each write of our own (whose event has come in before the
  * write's reply), so that only others' writes and session events fire
- * it.  Without room in the watch table we go without: the schedule still
- * searches.
+ * it.  A wake that reached the server between our last look at the watch
+ * and that write fired the old watch, whose event is forgotten here; the
+ * versions tell it instead (note_version), in the write's reply or in
+ * this read's.  Without room in the watch table we go without: the
+ * schedule still searches.
  */
 void
 zkwr_watch_own(ZkdWait *w, TimestampTz deadline)
@@ -181,6 +200,13 @@ zkwr_watch_own(ZkdWait *w, TimestampTz deadline)
 		return;
 	w->req = req = zks_watch_node(w->record, &tracked);
 	rc = zks_wait(req, deadline);
+	if (rc == ZKS_OK)
+	{
+		ZksStat		st;
+
+		zks_get_stat(req, &st);
+		note_version(w, st.version);
+	}
 	zks_done(req);
 	w->req = NULL;
 	zks_watch_reply(w->record, rc);
@@ -206,6 +232,14 @@ zkwr_refresh(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		return false;
 	w->req = zks_send_set(w->record, data, len, -1);
 	rc = zks_wait(w->req, deadline);
+	if (rc == ZKS_OK)
+	{
+		ZksStat		st;
+
+		zks_get_stat(w->req, &st);
+		w->record_version++;	/* what our write alone makes it */
+		note_version(w, st.version);
+	}
 	zks_done(w->req);
 	w->req = NULL;
 	if (rc == ZKS_NONODE)
@@ -248,6 +282,7 @@ zkwr_publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 			zks_get_stat(w->req, &st);
 			w->record = zks_take_created_path(w->req);
 			w->record_czxid = st.czxid;
+			w->record_version = st.version;
 			zks_done(w->req);
 			w->req = NULL;
 			return true;
@@ -274,13 +309,45 @@ zkwr_publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 
 /*
  * Wake a member: write its record back as we read it, with its version,
- * so a newer record of its own is never overwritten (a write that lost
- * that race has woken it anyway).  Its data watch fires, and it checks at
- * once: a victim searches, any member beats.  The reply is not waited
- * for: nothing here depends on it.
+ * so a newer record of its own is never overwritten.  Its data watch
+ * fires (or, if the wake meets a write of its own, it sees the version
+ * jump), and it checks at once: a victim searches, any member beats.
+ *
+ * ZooKeeper refuses the write if the record changed since we read it.  A
+ * change by another waker has woken the member already, but most often
+ * the member itself beat in between, and its own write wakes nobody: so
+ * read the record again and write back what it holds now.  A member
+ * writes once per deadlock_timeout, so a second try all but always
+ * lands; WAKE_TRIES bounds it.  Any other outcome ends it: a record gone
+ * is a wait ended, and without an answer the member's schedule still
+ * searches.
  */
 void
-zkwr_wake(const char *path, const char *data, int len, int version)
+zkwr_wake(ZkdWait *w, const char *path, const char *data, int len,
+		  int version, TimestampTz deadline)
 {
-	zks_done(zks_send_set(path, data, len, version));
+	for (int tries = 0; tries < WAKE_TRIES; tries++)
+	{
+		ZksStat		st;
+		ZksRc		rc;
+
+		w->req = zks_send_set(path, data, len, version);
+		rc = zks_wait(w->req, deadline);
+		zks_done(w->req);
+		w->req = NULL;
+		if (rc != ZKS_BADVERSION)
+			return;
+		w->req = zks_send_get(path);
+		rc = zks_wait(w->req, deadline);
+		if (rc == ZKS_OK)
+		{
+			data = zks_get_data(w->req, &len);
+			zks_get_stat(w->req, &st);
+			version = st.version;
+		}
+		zks_done(w->req);
+		w->req = NULL;
+		if (rc != ZKS_OK)
+			return;
+	}
 }

@@ -38,11 +38,18 @@ extern bool zkwr_refresh(ZkdWait *w, const char *resource, const char *node,
 						 ZkrMode mode, const char *leases,
 						 TimestampTz deadline);
 
-/* (Re)set the data watch on our record, after a write of our own. */
+/*
+ * (Re)set the data watch on our record, after a write of our own.  A
+ * write of another member's that came before the watch (it fired no watch
+ * of ours) is noticed by the record's version: w->rewritten.
+ */
 extern void zkwr_watch_own(ZkdWait *w, TimestampTz deadline);
 
-/* Wake another member: its record written back as read (fire and forget). */
-extern void zkwr_wake(const char *path, const char *data, int len,
-					  int version);
+/*
+ * Wake another member: its record written back as read, with the version
+ * read; if it wrote the record since, read it again and write that back.
+ */
+extern void zkwr_wake(ZkdWait *w, const char *path, const char *data,
+					  int len, int version, TimestampTz deadline);
 
 #endif							/* ZKLOCK_WAITRECORD_H */

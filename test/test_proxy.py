@@ -42,7 +42,14 @@ play the other contenders:
      where it does not (a release's delete, while the next holder waits);
   n  the nodes of an array call's multi that ran after the call gave up
      (its reply lost) are the backend's own in the next call's listing,
-     made before the sweep's deletes went out: not contenders in its way.
+     made before the sweep's deletes went out: not contenders in its way;
+  o  the wait record of a wait that ended (its connection cut) closes no
+     cycle: its beat does not advance;
+  p  a waiter with nothing outstanding sends idle nudges at growing gaps;
+  q  a wake (another member writing the waiter's record back) that meets
+     the waiter's own beat is not forgotten: the waiter searches at once;
+  r  a wake refused for an old version (the waiter beat in between) is
+     sent again with the record read anew.
 
 Every test proves that its race really happened (the hook fired, the
 server answered what the race implies), so that a pass is not vacuous.
@@ -60,8 +67,8 @@ from harness import wait_until
 from test_multisession import LOCK_X, expect_sqlstate, token_of, \
     watched_under
 from zkproxy import OP_CREATE2, OP_DELETE, OP_EXISTS, OP_GETCHILDREN, \
-    OP_GETCHILDREN2, OP_GETDATA, OP_MULTI, OP_PING, OP_SYNC, ZNONODE, ZOK, \
-    ZSESSIONMOVED
+    OP_GETCHILDREN2, OP_GETDATA, OP_MULTI, OP_PING, OP_SETDATA, OP_SYNC, \
+    ZBADVERSION, ZNONODE, ZOK, ZSESSIONMOVED
 
 TIMEOUT = 180
 
@@ -1215,3 +1222,158 @@ def test_p_waiter_sends_idle_nudges_at_growing_gaps(ctx):
         # nothing but the nudges while it waited
         assert all(is_nudge(r) for r in
                    mine[start + 1:start + 1 + len(nudges)]), described
+
+
+# ---------------------------------------------------------------------------
+# q, r: waking a deadlock victim (deadlock.c, waitrecord.c)
+# ---------------------------------------------------------------------------
+
+WAITS_DT = 0.3      # deadlock_timeout of q and r: beats every 0.3 s;
+                    # searches at 0.3, 0.9, 2.1 s, then every 2.4 s
+
+
+def wait_searches(sc, waits, n, what):
+    """Wait for the n-th deadlock search on sc's proxy (a search starts
+    with a sync of the records' parent); returns their requests."""
+    def searches():
+        return [r for r in sc.proxy.requests()
+                if r.op == OP_SYNC and r.path == waits]
+    wait_until(lambda: len(searches()) >= n, 15, what)
+    return searches()
+
+
+def searched_before_second_beat(sc, waits, record, since, what):
+    """After monotonic time `since`, the waiter behind sc's proxy must
+    search (sync of the records' parent) before it writes its own record
+    twice: once may be the check the wake started, which beats before it
+    searches.  Its schedule would search only after several beats."""
+    def after():
+        return [r for r in sc.proxy.requests() if r.time > since and
+                ((r.op == OP_SYNC and r.path == waits) or
+                 (r.op == OP_SETDATA and r.path == record))]
+    wait_until(lambda: any(r.op == OP_SYNC for r in after()) or
+               len(after()) >= 2, 15, what)
+    seen = after()
+    first_sync = next((i for i, r in enumerate(seen) if r.op == OP_SYNC),
+                      len(seen))
+    assert first_sync <= 1, '%s: %d beats and no search: %s' % (
+        what, first_sync, describe(seen))
+
+
+def test_q_wake_that_meets_the_waiters_beat_is_not_lost(ctx):
+    """A member that finds a cycle whose victim is another wakes it by
+    writing the victim's wait record back unchanged; the victim keeps a
+    data watch on its record for that.  Its own writes (a beat every
+    deadlock_timeout) fire that watch too, so it sets the watch again
+    after each and forgets what fired before.  A wake that reached the
+    server just before a beat was forgotten with it: its notification
+    came between the check's look at the watch and the beat's reply, and
+    the victim searched only at its schedule, seconds later (the
+    flakiness of test_deadlock's late-closing cycle).  Here the proxy
+    holds the waiter's beat while the runner writes the record back, as
+    a waking member does: the waiter must search in that very check."""
+    res = 'proxy-wake-beat'
+    waits = ctx.root + '/%waits'
+    with Scene(ctx, 'wake-beat') as sc:
+        sc.holder(sc.parent(res))
+        w = sc.backend('proxy-wake-beat-w')
+        w.query("SET deadlock_timeout = '%dms'" % (WAITS_DT * 1000))
+        w.query('BEGIN')
+        f = w.submit(LOCK_X, [res, '60 seconds'])
+        wait_searches(sc, waits, 3, 'the first three searches')
+        fired = {}
+
+        def hook(req):
+            if fired or req.op != OP_SETDATA or \
+                    not (req.path or '').startswith(waits + '/'):
+                return None
+            data, st = ctx.kz.get(req.path)
+            ctx.kz.set(req.path, data, version=st.version)
+            fired['req'] = req
+            return None
+        sc.proxy.hook = hook
+        wait_until(lambda: fired, 10, 'a beat of the waiter')
+        sc.proxy.hook = None
+        beat = fired['req']
+        wait_until(lambda: beat.reply is not None, 10, "the beat's reply")
+        # the race happened: the wake's notification came before the reply
+        notes = [r for r in sc.proxy.replies(beat.cid)
+                 if r.name == 'notification' and r.path == beat.path]
+        assert notes and notes[0].seq < beat.reply.seq, \
+            (notes, beat.reply)
+        searched_before_second_beat(sc, waits, beat.path, beat.time,
+                                    'woken during its beat')
+        assert not f.done()
+        w.cancel()
+        expect_sqlstate(f, '57014', 15, 'the cancelled waiter')
+        w.query('ROLLBACK')
+
+
+def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
+    """The cycle of test_deadlock's late-closing test on one cluster: X
+    holds r2 and waits for r1, held by H; W waits for r2; H then waits
+    for W's row lock, long after X's and W's records were published, so
+    only W's check sees the cycle close.  X's record is the youngest, so
+    W wakes X, writing X's record back with the version it read.  The
+    proxy holds that write until X's own beat has changed the version:
+    ZooKeeper refuses the wake (BADVERSION).  Before the fix nobody woke
+    X and it found the cycle at its schedule; now W reads the record
+    again and writes it back with the new version, and X searches at
+    once."""
+    tag = 'proxy-rewake-%d' % (int(time.time() * 1000) % 100000)
+    r1, r2 = tag + '/r1', tag + '/r2'
+    waits = ctx.root + '/%waits'
+    setup = ctx.backend('proxy-rewake-setup')
+    setup.query('CREATE TABLE IF NOT EXISTS proxy_rows '
+                '(id int PRIMARY KEY, v int)')
+    setup.query('INSERT INTO proxy_rows VALUES (1, 0) ON CONFLICT DO NOTHING')
+    with Scene(ctx, 'rewake-x') as sx, Scene(ctx, 'rewake-w') as sw:
+        sx.parent(r1)
+        sx.parent(r2)
+        x = sx.backend('proxy-rewake-x')
+        w = sw.backend('proxy-rewake-w')
+        h = ctx.backend('proxy-rewake-h')
+        for b in (x, w, h):
+            b.query("SET deadlock_timeout = '%dms'" % (WAITS_DT * 1000))
+            b.query('BEGIN')
+        w.query('UPDATE proxy_rows SET v = v + 1 WHERE id = 1')
+        token_of(x.submit(LOCK_X, [r2, '60 seconds']), 15, 'X holds r2')
+        token_of(h.submit(LOCK_X, [r1, '60 seconds']), 15, 'H holds r1')
+        fw = w.submit(LOCK_X, [r2, '60 seconds'])
+        wait_searches(sw, waits, 1, "W's record")
+        fx = x.submit(LOCK_X, [r1, '60 seconds'])
+        wait_searches(sx, waits, 3, "X's first three searches")
+        record = '%s/%016x' % (waits, sx.proxy.connections()[-1].session_id)
+        assert ctx.kz.exists(record), record
+        fired = {}
+
+        def hook(req):
+            if fired or req.op != OP_SETDATA or req.path != record:
+                return None
+            # W's wake: keep it until X's own beat has moved the version
+            seen = ctx.kz.exists(record).version
+            deadline = time.monotonic() + 5
+            while ctx.kz.exists(record).version == seen and \
+                    time.monotonic() < deadline:
+                time.sleep(0.005)
+            fired['req'] = req
+            return None
+        sw.proxy.hook = hook
+        fh = h.submit('UPDATE proxy_rows SET v = v + 1 WHERE id = 1')
+        wait_until(lambda: fired, 10, "W's wake of X")
+        sw.proxy.hook = None
+        wake = fired['req']
+        wait_until(lambda: wake.reply is not None, 10, "the wake's reply")
+        assert wake.reply.err == ZBADVERSION, wake.reply
+        searched_before_second_beat(sx, waits, record, wake.reply.time,
+                                    'X after the refused wake')
+        expect_sqlstate(fx, '40P01', 15, 'X, the victim')
+        x.query('ROLLBACK')
+        token_of(fw, 15, 'W after the victim')
+        w.query('COMMIT')
+        fh.result(15)
+        h.query('COMMIT')
+    wait_until(lambda: not (ctx.kz.exists(waits) and
+                            ctx.kz.get_children(waits)), 15,
+               'no wait record left')
+    setup.query('DROP TABLE proxy_rows')

@@ -81,7 +81,7 @@ OP_NAMES = {
     104: 'getAllChildrenNumber', 105: 'setWatches2', 106: 'addWatch',
     -10: 'createSession', -11: 'closeSession', -1: 'error',
 }
-OP_CREATE, OP_DELETE, OP_EXISTS, OP_GETDATA = 1, 2, 3, 4
+OP_CREATE, OP_DELETE, OP_EXISTS, OP_GETDATA, OP_SETDATA = 1, 2, 3, 4, 5
 OP_GETCHILDREN, OP_SYNC, OP_PING, OP_GETCHILDREN2 = 8, 9, 11, 12
 OP_MULTI, OP_CREATE2, OP_CREATE_CONTAINER = 14, 15, 19
 OP_AUTH, OP_SET_WATCHES, OP_SASL, OP_CLOSE = 100, 101, 102, -11
@@ -103,6 +103,7 @@ XID_NAMES = {XID_AUTH: 'auth', XID_SET_WATCHES: 'setWatches'}
 # Error codes a test may want to send (KeeperException.Code).
 ZOK = 0
 ZNONODE = -101
+ZBADVERSION = -103
 ZNODEEXISTS = -110
 ZSESSIONEXPIRED = -112
 ZSESSIONMOVED = -118
