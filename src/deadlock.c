@@ -52,7 +52,12 @@
  * it: it writes the victim's record back unchanged (setData with the
  * version it read, so it never overwrites a newer list), which fires the
  * data watch the victim keeps on its own record, and the victim searches
- * at once instead of at its next scheduled search.  Before acting the
+ * at once instead of at its next scheduled search.  Two races would lose
+ * the wake, and both are closed in waitrecord.c: the victim beats between
+ * the waker's read and its write (ZooKeeper refuses the write for its old
+ * version: the waker reads again and writes that), or the wake reaches
+ * the server just before the victim's beat, whose own watch event hides
+ * it (the victim tells it by the version its beat gets).  Before acting the
  * victim searches again and acts only if the same cycle, with the same
  * records, is still there: a cycle pieced together from moments apart (a
  * member granted or gone meanwhile) is not acted on.  The victim raises
