@@ -319,23 +319,28 @@ zkn_stop(void)
  * turns these off too.
  */
 
+/* When the next idle nudge is due (now_ns() time), -1 if none will be. */
+static int64_t
+idle_due_ns_locked(int ping_ms)
+{
+	if (delay_ms <= 0 || idle_gap_ms >= ping_ms)
+		return -1;
+	return Max(Max(progress_ns, last_nudge_ns), last_sent_ns) +
+		idle_gap_ms * 1000000;
+}
+
 /* Milliseconds until the next idle nudge is due; -1 if none will be. */
 int
 zkn_idle_due_ms(int ping_ms)
 {
-	int64_t		last;
-	int64_t		ms;
+	int64_t		due;
 
 	pthread_mutex_lock(&nudge_mutex);
-	if (delay_ms <= 0 || idle_gap_ms >= ping_ms)
-	{
-		pthread_mutex_unlock(&nudge_mutex);
-		return -1;
-	}
-	last = Max(Max(progress_ns, last_nudge_ns), last_sent_ns);
-	ms = (last + idle_gap_ms * 1000000 - now_ns()) / 1000000;
+	due = idle_due_ns_locked(ping_ms);
 	pthread_mutex_unlock(&nudge_mutex);
-	return (int) Max(ms, 0);
+	if (due < 0)
+		return -1;
+	return (int) Max((due - now_ns()) / 1000000, 0);
 }
 
 /*
@@ -346,14 +351,14 @@ void
 zkn_idle_tick(int ping_ms)
 {
 	int64_t		now = now_ns();
+	int64_t		due;
 	int64_t		before;
 	bool		ok;
 
 	pthread_mutex_lock(&nudge_mutex);
-	if (delay_ms <= 0 || idle_gap_ms >= ping_ms ||
-		sent_count - answered_count > 0 || in_flight >= NUDGES_IN_FLIGHT ||
-		now < Max(Max(progress_ns, last_nudge_ns), last_sent_ns) +
-		idle_gap_ms * 1000000)
+	due = idle_due_ns_locked(ping_ms);
+	if (due < 0 || now < due ||
+		sent_count - answered_count > 0 || in_flight >= NUDGES_IN_FLIGHT)
 	{
 		pthread_mutex_unlock(&nudge_mutex);
 		return;
