@@ -65,8 +65,8 @@ bool zh_closing = false;
 int	zk_state = 0;		/* last state seen by the watcher */
 static uint64 state_counter = 0;	/* session events seen */
 static uint64 watch_counter = 0;	/* watch events seen */
-static uint64 reconnects = 0;	/* connections re-established */
-static uint64 expirations = 0;	/* sessions the server declared expired */
+uint64		zks_reconnects = 0;	/* connections re-established */
+uint64		zks_expirations = 0;	/* sessions the server declared expired */
 static bool ever_connected = false;	/* a CONNECTED event was seen */
 
 /*
@@ -76,12 +76,12 @@ static bool ever_connected = false;	/* a CONNECTED event was seen */
  * Set by the watcher with the C library's clock (nothing of PostgreSQL
  * on that thread); zero tv_sec while connected.
  */
-static struct timespec unreachable_at = {0, 0};
+struct timespec zks_unreachable_at = {0, 0};
 
 static int	auth_result = -1;	/* zoo_add_auth reply; -1 while awaited */
 
 /* Backend-only state. */
-static char *zh_hosts = NULL;	/* settings the handle was made with */
+char	   *zh_hosts = NULL;	/* settings the handle was made with */
 static int	zh_timeout = 0;
 static bool zh_auth = false;	/* the handle authenticates with ... */
 static uint8 zh_auth_digest[ZKA_DIGEST_LEN];	/* ... the identity of this
@@ -104,7 +104,7 @@ static bool shutdown_registered = false;
  * Since when a handle that never connected was trying, kept after
  * zks_connect closed it (the caller reports its own timeout next).
  */
-static TimestampTz gave_up_since = 0;
+TimestampTz zks_gave_up_since = 0;
 
 static void forget_auth(void);
 
@@ -134,16 +134,16 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 		zk_state = state;
 		state_counter++;
 		zkw_session_event_locked();
-		zkx_session_event_locked(h, state, &unreachable_at);
+		zkx_session_event_locked(h, state, &zks_unreachable_at);
 		if (state == ZOO_CONNECTED_STATE)
-			unreachable_at.tv_sec = 0;
-		else if (unreachable_at.tv_sec == 0)
-			(void) clock_gettime(CLOCK_REALTIME, &unreachable_at);
+			zks_unreachable_at.tv_sec = 0;
+		else if (zks_unreachable_at.tv_sec == 0)
+			(void) clock_gettime(CLOCK_REALTIME, &zks_unreachable_at);
 		if (state == ZOO_CONNECTED_STATE)
 		{
 			zkn_connected();
 			if (ever_connected)
-				reconnects++;
+				zks_reconnects++;
 			ever_connected = true;
 			zkt_resubmit_tasks_locked();
 		}
@@ -151,7 +151,7 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 				 state == ZOO_AUTH_FAILED_STATE)
 		{
 			if (state == ZOO_EXPIRED_SESSION_STATE)
-				expirations++;
+				zks_expirations++;
 			zkt_drop_tasks_locked();
 		}
 	}
@@ -177,75 +177,6 @@ auth_completion(int rc, const void *data)
  * Backend side.
  * ----------------------------------------------------------------
  */
-
-const char *
-zks_rc_text(ZksRc rc)
-{
-	switch (rc)
-	{
-		case ZKS_OK:
-			return "ok";
-		case ZKS_NONODE:
-			return "no such node";
-		case ZKS_NODEEXISTS:
-			return "node exists";
-		case ZKS_CONNECTION_LOSS:
-			return "connection to ZooKeeper lost";
-		case ZKS_SESSION_EXPIRED:
-			return "ZooKeeper session expired";
-		case ZKS_NOAUTH:
-			return "not authorized";
-		case ZKS_BADVERSION:
-			return "bad version";
-		case ZKS_ERROR:
-			return "ZooKeeper error";
-		case ZKS_TIMEDOUT:
-			return "timed out";
-	}
-	return "unknown";
-}
-
-/*
- * errdetail() for an outcome, as a whole sentence (for translation), to
- * be used inside ereport().
- */
-int
-zks_errdetail(ZksRc rc)
-{
-	switch (rc)
-	{
-		case ZKS_OK:
-			break;
-		case ZKS_NONODE:
-			return errdetail("ZooKeeper answered that the node does not exist.");
-		case ZKS_NODEEXISTS:
-			return errdetail("ZooKeeper answered that the node already exists.");
-		case ZKS_CONNECTION_LOSS:
-			return errdetail("The connection to ZooKeeper was lost before the answer came.");
-		case ZKS_SESSION_EXPIRED:
-			return errdetail("The ZooKeeper session expired.");
-		case ZKS_NOAUTH:
-			return errdetail("ZooKeeper refused: not authorized.");
-		case ZKS_BADVERSION:
-			return errdetail("ZooKeeper refused: the node was changed meanwhile.");
-		case ZKS_ERROR:
-			return errdetail("ZooKeeper answered with an error.");
-		case ZKS_TIMEDOUT:
-			return errdetail("No answer came in time.");
-	}
-	return 0;
-}
-
-static int
-current_state(void)
-{
-	int			st;
-
-	pthread_mutex_lock(&zks_mutex);
-	st = zk_state;
-	pthread_mutex_unlock(&zks_mutex);
-	return st;
-}
 
 /*
  * Close the handle.  Must not hold zks_mutex: zookeeper_close joins the
@@ -275,7 +206,7 @@ close_handle(void)
 	zh = NULL;
 	zh_closing = false;
 	zk_state = 0;
-	unreachable_at.tv_sec = 0;
+	zks_unreachable_at.tv_sec = 0;
 	zkx_handle_closed_locked();
 	state_counter++;
 	zkt_free_all_tasks_locked();
@@ -383,7 +314,7 @@ open_handle(void)
 		before_shmem_exit(zks_shutdown, (Datum) 0);
 		shutdown_registered = true;
 	}
-	gave_up_since = 0;
+	zks_gave_up_since = 0;
 	/* may raise ERROR: nothing is changed before it */
 	zks_check_threads_available();
 	identity = zka_read_identity(zklock_auth_file);
@@ -423,7 +354,7 @@ open_handle(void)
 
 	pthread_mutex_lock(&zks_mutex);
 	zk_state = ZOO_CONNECTING_STATE;
-	(void) clock_gettime(CLOCK_REALTIME, &unreachable_at);
+	(void) clock_gettime(CLOCK_REALTIME, &zks_unreachable_at);
 	state_counter++;
 	pthread_mutex_unlock(&zks_mutex);
 
@@ -579,7 +510,7 @@ zks_await_connection(TimestampTz deadline)
 {
 	for (;;)
 	{
-		int			st = current_state();
+		int			st = zks_current_state();
 
 		if (zh == NULL || st == ZOO_EXPIRED_SESSION_STATE)
 			return ZKS_SESSION_EXPIRED;
@@ -620,7 +551,7 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 {
 	TimestampTz deadline;
 	bool		limited = false;
-	int			st = current_state();
+	int			st = zks_current_state();
 
 	/* A session that can never come back is replaced. */
 	if (zh != NULL &&
@@ -664,7 +595,7 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 		if (!zh_had_session)
 		{
 			close_handle();
-			gave_up_since = since;
+			zks_gave_up_since = since;
 		}
 		if (limited)
 			return false;
@@ -739,124 +670,4 @@ zks_wait_event(ZksEventMark seen, TimestampTz deadline)
 			zks_sleep_on_latch(until, ZKS_WAIT_NOTIFICATION);
 		}
 	}
-}
-
-TimestampTz
-zks_unreachable_since(void)
-{
-	struct timespec at;
-	int			st;
-
-	if (zh == NULL)
-		return gave_up_since;
-	pthread_mutex_lock(&zks_mutex);
-	at = unreachable_at;
-	st = zk_state;
-	pthread_mutex_unlock(&zks_mutex);
-	if (st == ZOO_CONNECTED_STATE || at.tv_sec == 0)
-		return 0;
-	return time_t_to_timestamptz(at.tv_sec) + at.tv_nsec / 1000;
-}
-
-const char *
-zks_hosts(void)
-{
-	return zh_hosts != NULL ? zh_hosts : zklock_hosts;
-}
-
-bool
-zks_is_connected(void)
-{
-	return zh != NULL && current_state() == ZOO_CONNECTED_STATE;
-}
-
-void
-zks_session_counts(uint64 *reconnects_out, uint64 *expirations_out)
-{
-	pthread_mutex_lock(&zks_mutex);
-	*reconnects_out = reconnects;
-	*expirations_out = expirations;
-	pthread_mutex_unlock(&zks_mutex);
-}
-
-void
-zks_get_status(ZksStatus *status)
-{
-	int			st = current_state();
-
-	memset(status, 0, sizeof(ZksStatus));
-	pthread_mutex_lock(&zks_mutex);
-	status->reconnects = reconnects;
-	pthread_mutex_unlock(&zks_mutex);
-	status->nudges = zkn_nudges();
-
-	if (zh == NULL)
-	{
-		status->state = "none";
-		return;
-	}
-	if (st == ZOO_CONNECTED_STATE)
-		status->state = "connected";
-	else if (st == ZOO_EXPIRED_SESSION_STATE)
-		status->state = "expired";
-	else if (st == ZOO_AUTH_FAILED_STATE)
-		status->state = "auth_failed";
-	else
-		status->state = "connecting";
-	status->session_id = zks_session_id();
-	status->timeout_ms = zoo_recv_timeout(zh);
-	if (st == ZOO_CONNECTED_STATE)
-	{
-		struct sockaddr_storage addr;
-		socklen_t	len = sizeof(addr);
-		char		host[INET6_ADDRSTRLEN];
-
-		if (zookeeper_get_connected_host(zh, (struct sockaddr *) &addr, &len) != NULL)
-		{
-			if (addr.ss_family == AF_INET)
-			{
-				struct sockaddr_in *in = (struct sockaddr_in *) &addr;
-
-				inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-				snprintf(status->server, sizeof(status->server), "%s:%d",
-						 host, ntohs(in->sin_port));
-			}
-			else if (addr.ss_family == AF_INET6)
-			{
-				struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &addr;
-
-				inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-				snprintf(status->server, sizeof(status->server), "[%s]:%d",
-						 host, ntohs(in6->sin6_port));
-			}
-		}
-	}
-}
-
-bool
-zks_session_expired(void)
-{
-	int			st = current_state();
-
-	return zh != NULL && (st == ZOO_EXPIRED_SESSION_STATE ||
-						  st == ZOO_AUTH_FAILED_STATE);
-}
-
-int
-zks_negotiated_timeout(void)
-{
-	int			t = zh != NULL ? zoo_recv_timeout(zh) : 0;
-
-	return t > 0 ? t : zklock_session_timeout;
-}
-
-int64
-zks_session_id(void)
-{
-	const clientid_t *id;
-
-	if (zh == NULL)
-		return 0;
-	id = zoo_client_id(zh);
-	return id ? id->client_id : 0;
 }

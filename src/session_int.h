@@ -2,7 +2,8 @@
  *
  * session_int.h
  *	  What the files of the session layer (session.c, session_request.c,
- *	  session_cleanup.c, session_watch.c, session_expiry.c) share; nothing
+ *	  session_cleanup.c, session_watch.c, session_expiry.c,
+ *	  session_status.c) share; nothing
  *	  outside that layer includes it, or zookeeper.h.
  *
  * src/session_int.h
@@ -137,6 +138,22 @@ extern void zkn_stop(void);
 extern uint64 zkn_nudges(void);
 extern int	zkn_idle_due_ms(int ping_ms);
 extern void zkn_idle_tick(int ping_ms);
+
+/*
+ * session.c's, read by session_status.c: counts kept by the session
+ * watcher (under zks_mutex), since when there has been no connection (the
+ * watcher's clock, zero tv_sec while connected; zks_gave_up_since for a
+ * handle that never connected and was closed), the hosts the handle was
+ * made with (backend-only).
+ */
+extern uint64 zks_reconnects;
+extern uint64 zks_expirations;
+extern struct timespec zks_unreachable_at;
+extern TimestampTz zks_gave_up_since;
+extern char *zh_hosts;
+
+/* session_status.c: zk_state, read under zks_mutex */
+extern int	zks_current_state(void);
 
 /* session_watch.c, from the session watcher and close_handle */
 extern void zkw_node_event_locked(int type, const char *path);

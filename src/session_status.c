@@ -1,0 +1,218 @@
+/*-------------------------------------------------------------------------
+ *
+ * session_status.c
+ *	  What the session layer tells the rest of zklock about itself: its
+ *	  state, id, server and counts (zk_status(), the statistics), since when
+ *	  it has had no connection (the errors of an outage), and its outcomes
+ *	  in words.
+ *
+ * Everything here reads what session.c keeps (under zks_mutex where
+ * libzookeeper's threads write it) and changes nothing, so any backend
+ * code may call it at any time; none of it runs on a ZooKeeper thread.
+ *
+ * src/session_status.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "utils/timestamp.h"
+
+#include "session.h"
+#include "session_int.h"
+#include "zklock.h"
+
+/* The last state the session watcher saw. */
+int
+zks_current_state(void)
+{
+	int			st;
+
+	pthread_mutex_lock(&zks_mutex);
+	st = zk_state;
+	pthread_mutex_unlock(&zks_mutex);
+	return st;
+}
+
+const char *
+zks_rc_text(ZksRc rc)
+{
+	switch (rc)
+	{
+		case ZKS_OK:
+			return "ok";
+		case ZKS_NONODE:
+			return "no such node";
+		case ZKS_NODEEXISTS:
+			return "node exists";
+		case ZKS_CONNECTION_LOSS:
+			return "connection to ZooKeeper lost";
+		case ZKS_SESSION_EXPIRED:
+			return "ZooKeeper session expired";
+		case ZKS_NOAUTH:
+			return "not authorized";
+		case ZKS_BADVERSION:
+			return "bad version";
+		case ZKS_ERROR:
+			return "ZooKeeper error";
+		case ZKS_TIMEDOUT:
+			return "timed out";
+	}
+	return "unknown";
+}
+
+/*
+ * errdetail() for an outcome, as a whole sentence (for translation), to
+ * be used inside ereport().
+ */
+int
+zks_errdetail(ZksRc rc)
+{
+	switch (rc)
+	{
+		case ZKS_OK:
+			break;
+		case ZKS_NONODE:
+			return errdetail("ZooKeeper answered that the node does not exist.");
+		case ZKS_NODEEXISTS:
+			return errdetail("ZooKeeper answered that the node already exists.");
+		case ZKS_CONNECTION_LOSS:
+			return errdetail("The connection to ZooKeeper was lost before the answer came.");
+		case ZKS_SESSION_EXPIRED:
+			return errdetail("The ZooKeeper session expired.");
+		case ZKS_NOAUTH:
+			return errdetail("ZooKeeper refused: not authorized.");
+		case ZKS_BADVERSION:
+			return errdetail("ZooKeeper refused: the node was changed meanwhile.");
+		case ZKS_ERROR:
+			return errdetail("ZooKeeper answered with an error.");
+		case ZKS_TIMEDOUT:
+			return errdetail("No answer came in time.");
+	}
+	return 0;
+}
+
+TimestampTz
+zks_unreachable_since(void)
+{
+	struct timespec at;
+	int			st;
+
+	if (zh == NULL)
+		return zks_gave_up_since;
+	pthread_mutex_lock(&zks_mutex);
+	at = zks_unreachable_at;
+	st = zk_state;
+	pthread_mutex_unlock(&zks_mutex);
+	if (st == ZOO_CONNECTED_STATE || at.tv_sec == 0)
+		return 0;
+	return time_t_to_timestamptz(at.tv_sec) + at.tv_nsec / 1000;
+}
+
+const char *
+zks_hosts(void)
+{
+	return zh_hosts != NULL ? zh_hosts : zklock_hosts;
+}
+
+bool
+zks_is_connected(void)
+{
+	return zh != NULL && zks_current_state() == ZOO_CONNECTED_STATE;
+}
+
+void
+zks_session_counts(uint64 *reconnects_out, uint64 *expirations_out)
+{
+	pthread_mutex_lock(&zks_mutex);
+	*reconnects_out = zks_reconnects;
+	*expirations_out = zks_expirations;
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+void
+zks_get_status(ZksStatus *status)
+{
+	int			st = zks_current_state();
+
+	memset(status, 0, sizeof(ZksStatus));
+	pthread_mutex_lock(&zks_mutex);
+	status->reconnects = zks_reconnects;
+	pthread_mutex_unlock(&zks_mutex);
+	status->nudges = zkn_nudges();
+
+	if (zh == NULL)
+	{
+		status->state = "none";
+		return;
+	}
+	if (st == ZOO_CONNECTED_STATE)
+		status->state = "connected";
+	else if (st == ZOO_EXPIRED_SESSION_STATE)
+		status->state = "expired";
+	else if (st == ZOO_AUTH_FAILED_STATE)
+		status->state = "auth_failed";
+	else
+		status->state = "connecting";
+	status->session_id = zks_session_id();
+	status->timeout_ms = zoo_recv_timeout(zh);
+	if (st == ZOO_CONNECTED_STATE)
+	{
+		struct sockaddr_storage addr;
+		socklen_t	len = sizeof(addr);
+		char		host[INET6_ADDRSTRLEN];
+
+		if (zookeeper_get_connected_host(zh, (struct sockaddr *) &addr, &len) != NULL)
+		{
+			if (addr.ss_family == AF_INET)
+			{
+				struct sockaddr_in *in = (struct sockaddr_in *) &addr;
+
+				inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+				snprintf(status->server, sizeof(status->server), "%s:%d",
+						 host, ntohs(in->sin_port));
+			}
+			else if (addr.ss_family == AF_INET6)
+			{
+				struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &addr;
+
+				inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+				snprintf(status->server, sizeof(status->server), "[%s]:%d",
+						 host, ntohs(in6->sin6_port));
+			}
+		}
+	}
+}
+
+bool
+zks_session_expired(void)
+{
+	int			st = zks_current_state();
+
+	return zh != NULL && (st == ZOO_EXPIRED_SESSION_STATE ||
+						  st == ZOO_AUTH_FAILED_STATE);
+}
+
+int
+zks_negotiated_timeout(void)
+{
+	int			t = zh != NULL ? zoo_recv_timeout(zh) : 0;
+
+	return t > 0 ? t : zklock_session_timeout;
+}
+
+int64
+zks_session_id(void)
+{
+	const clientid_t *id;
+
+	if (zh == NULL)
+		return 0;
+	id = zoo_client_id(zh);
+	return id ? id->client_id : 0;
+}
