@@ -56,8 +56,9 @@
  * the wake, and both are closed in waitrecord.c: the victim beats between
  * the waker's read and its write (ZooKeeper refuses the write for its old
  * version: the waker reads again and writes that), or the wake reaches
- * the server just before the victim's beat, whose own watch event hides
- * it (the victim tells it by the version its beat gets).  Before acting the
+ * the server just before the victim's beat, and the victim takes the
+ * event it fires for its beat's own (it tells the wake by the version its
+ * beat, or the read that sets its watch again, finds).  Before acting the
  * victim searches again and acts only if the same cycle, with the same
  * records, is still there: a cycle pieced together from moments apart (a
  * member granted or gone meanwhile) is not acted on.  The victim raises
@@ -327,14 +328,16 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		 * records, for at most deadlock_timeout; the next check tries
 		 * again after that.
 		 */
-		TimestampTz limit = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														DeadlockTimeout);
+		TimestampTz limit;
 
 		for (int k = 0; k < first->len; k++)
 			if (first->m[k].has_record && first->m[k].session != zks_session_id())
 				zkwr_wake(w, first->m[k].rec->path, first->m[k].rec->data,
 						  first->m[k].rec->len, first->m[k].rec->version,
 						  deadline);
+		/* (the wakes wait for their replies: the time starts after them) */
+		limit = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											DeadlockTimeout);
 		for (;;)
 		{
 			Cycle	   *again = palloc0(sizeof(Cycle));

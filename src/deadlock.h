@@ -31,10 +31,10 @@ typedef struct ZkdWait
 	int			checks;			/* searches so far */
 	char	   *record;			/* our published record's path, or NULL */
 	int64		record_czxid;
-	int32		record_version; /* the version our last write gave it */
+	int32		record_version; /* its version as we last saw it */
 	bool		rewritten;		/* another member wrote it meanwhile */
 	bool		watching;		/* a data watch on our record is ours */
-	ZksRequest *req;			/* the record's create, while in flight */
+	ZksRequest *req;			/* our request of the check, while in flight */
 	uint64		beat;			/* the record's, advanced at every check */
 	int			nblocked;		/* the local edges the record names */
 	int			blocked[ZKW_MAX_BLOCKED];

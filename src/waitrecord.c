@@ -162,10 +162,11 @@ format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 
 /*
  * Has the record been written by someone else since our last write?
- * Every write of ours is unconditional and the only other writes are
- * wakes, so a version other than the one we expect means a wake that our
- * own write (or the watch set after it) hid: ZooKeeper's versions grow
- * by one per write, whatever server answers.
+ * ZooKeeper's versions grow by one per write, whatever server answers;
+ * every write of ours is unconditional, and the only other writes are
+ * wakes, so a version other than the one we expect is a wake that our
+ * own write (or the watch set after it) hid.  Rarely it is a write of
+ * ours whose reply was lost although it ran: that costs one search.
  */
 static void
 note_version(ZkdWait *w, int32 version)
@@ -217,6 +218,20 @@ zkwr_watch_own(ZkdWait *w, TimestampTz deadline)
 }
 
 /*
+ * Our record is gone: drop it and the watch we keep on it (the watch
+ * table is looked up by its path, so no watch may outlive it), so that
+ * the next check publishes it again.
+ */
+void
+zkwr_forget(ZkdWait *w)
+{
+	if (w->watching)
+		zks_unwatch_node(w->record);
+	w->watching = false;
+	w->record = NULL;
+}
+
+/*
  * Write our record's blocked list.  Returns false if ZooKeeper would not
  * have it now; a record gone (a sweep) is published again next time.
  */
@@ -243,12 +258,7 @@ zkwr_refresh(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	zks_done(w->req);
 	w->req = NULL;
 	if (rc == ZKS_NONODE)
-	{
-		if (w->watching)
-			zks_unwatch_node(w->record);
-		w->watching = false;
-		w->record = NULL;
-	}
+		zkwr_forget(w);
 	return rc == ZKS_OK;
 }
 
@@ -313,41 +323,49 @@ zkwr_publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
  * fires (or, if the wake meets a write of its own, it sees the version
  * jump), and it checks at once: a victim searches, any member beats.
  *
- * ZooKeeper refuses the write if the record changed since we read it.  A
- * change by another waker has woken the member already, but most often
- * the member itself beat in between, and its own write wakes nobody: so
- * read the record again and write back what it holds now.  A member
- * writes once per deadlock_timeout, so a second try all but always
- * lands; WAKE_TRIES bounds it.  Any other outcome ends it: a record gone
- * is a wait ended, and without an answer the member's schedule still
- * searches.
+ * ZooKeeper refuses the write if the record changed since we read it.
+ * Most often the member itself beat in between, and its own write wakes
+ * nobody: so read the record again and write back what it holds now.  If
+ * it holds what we read, the change was another member's wake (every
+ * write of the owner's changes the beat), which has woken it already.  A
+ * member writes once per deadlock_timeout, so a second try all but
+ * always lands; WAKE_TRIES bounds it.  Any other outcome ends it: a
+ * record gone is a wait ended, and without an answer the member's
+ * schedule still searches.
  */
 void
 zkwr_wake(ZkdWait *w, const char *path, const char *data, int len,
 		  int version, TimestampTz deadline)
 {
-	for (int tries = 0; tries < WAKE_TRIES; tries++)
+	for (int tries = 1;; tries++)
 	{
 		ZksStat		st;
 		ZksRc		rc;
+		char	   *now;
+		int			now_len;
 
 		w->req = zks_send_set(path, data, len, version);
 		rc = zks_wait(w->req, deadline);
 		zks_done(w->req);
 		w->req = NULL;
-		if (rc != ZKS_BADVERSION)
+		if (rc != ZKS_BADVERSION || tries == WAKE_TRIES)
 			return;
 		w->req = zks_send_get(path);
 		rc = zks_wait(w->req, deadline);
-		if (rc == ZKS_OK)
+		if (rc != ZKS_OK)
 		{
-			data = zks_get_data(w->req, &len);
-			zks_get_stat(w->req, &st);
-			version = st.version;
+			zks_done(w->req);
+			w->req = NULL;
+			return;
 		}
+		now = zks_get_data(w->req, &now_len);
+		zks_get_stat(w->req, &st);
 		zks_done(w->req);
 		w->req = NULL;
-		if (rc != ZKS_OK)
-			return;
+		if (now_len == len && memcmp(now, data, len) == 0)
+			return;				/* another member's wake */
+		data = now;
+		len = now_len;
+		version = st.version;
 	}
 }

@@ -38,6 +38,9 @@ extern bool zkwr_refresh(ZkdWait *w, const char *resource, const char *node,
 						 ZkrMode mode, const char *leases,
 						 TimestampTz deadline);
 
+/* Our record is found gone: forget it and its watch (published next check). */
+extern void zkwr_forget(ZkdWait *w);
+
 /*
  * (Re)set the data watch on our record, after a write of our own.  A
  * write of another member's that came before the watch (it fired no watch

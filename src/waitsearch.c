@@ -99,7 +99,25 @@ read_records(Search *s)
 		s->failed = true;
 		return;
 	}
-	n = Min(n, MAX_RECORDS);
+	if (n > MAX_RECORDS)
+	{
+		/*
+		 * Read the first MAX_RECORDS only, our own among them: a record
+		 * left out is a path the search cannot follow, but our own left
+		 * out would read as our record gone.
+		 */
+		char	   *own = psprintf("%016llx",
+								   (unsigned long long) zks_session_id());
+
+		for (int i = MAX_RECORDS; i < n; i++)
+			if (strcmp(names[i], own) == 0)
+			{
+				names[i] = names[0];
+				names[0] = own;
+				break;
+			}
+		n = MAX_RECORDS;
+	}
 	s->records = palloc0(sizeof(Record) * Max(n, 1));
 	gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
 	PG_TRY();
@@ -511,7 +529,7 @@ zkd_search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
 		 * Our record is gone (a sweep for an earlier create of it whose
 		 * reply was lost can delete it): publish it again next time.
 		 */
-		w->record = NULL;
+		zkwr_forget(w);
 		return false;
 	}
 	(void) member(s, zks_session_id());	/* index 0: us */

@@ -1242,21 +1242,21 @@ def wait_searches(sc, waits, n, what):
     return searches()
 
 
-def searched_before_second_beat(sc, waits, record, since, what):
+def searched_within_beats(sc, waits, record, since, beats, what):
     """After monotonic time `since`, the waiter behind sc's proxy must
     search (sync of the records' parent) before it writes its own record
-    twice: once may be the check the wake started, which beats before it
-    searches.  Its schedule would search only after several beats."""
+    more than `beats` times (a check a wake starts beats before it
+    searches).  Its schedule would search only after several beats."""
     def after():
         return [r for r in sc.proxy.requests() if r.time > since and
                 ((r.op == OP_SYNC and r.path == waits) or
                  (r.op == OP_SETDATA and r.path == record))]
     wait_until(lambda: any(r.op == OP_SYNC for r in after()) or
-               len(after()) >= 2, 15, what)
+               len(after()) > beats, 15, what)
     seen = after()
     first_sync = next((i for i, r in enumerate(seen) if r.op == OP_SYNC),
                       len(seen))
-    assert first_sync <= 1, '%s: %d beats and no search: %s' % (
+    assert first_sync <= beats, '%s: %d beats and no search: %s' % (
         what, first_sync, describe(seen))
 
 
@@ -1288,21 +1288,23 @@ def test_q_wake_that_meets_the_waiters_beat_is_not_lost(ctx):
                     not (req.path or '').startswith(waits + '/'):
                 return None
             data, st = ctx.kz.get(req.path)
-            ctx.kz.set(req.path, data, version=st.version)
+            fired.update(read=st.version,
+                         woke=ctx.kz.set(req.path, data,
+                                         version=st.version).version)
             fired['req'] = req
             return None
         sc.proxy.hook = hook
-        wait_until(lambda: fired, 10, 'a beat of the waiter')
+        wait_until(lambda: 'req' in fired, 10, 'a beat of the waiter')
         sc.proxy.hook = None
         beat = fired['req']
         wait_until(lambda: beat.reply is not None, 10, "the beat's reply")
-        # the race happened: the wake's notification came before the reply
-        notes = [r for r in sc.proxy.replies(beat.cid)
-                 if r.name == 'notification' and r.path == beat.path]
-        assert notes and notes[0].seq < beat.reply.seq, \
-            (notes, beat.reply)
-        searched_before_second_beat(sc, waits, beat.path, beat.time,
-                                    'woken during its beat')
+        # the race happened: the wake was written, over the waiter's last
+        # write, before its beat went on; the beat came after it
+        assert beat.reply.err == ZOK, beat.reply
+        assert fired['woke'] == fired['read'] + 1, fired
+        assert ctx.kz.exists(beat.path).version >= fired['woke'] + 1
+        searched_within_beats(sc, waits, beat.path, beat.time, 0,
+                              'woken during its beat')
         assert not f.done()
         w.cancel()
         expect_sqlstate(f, '57014', 15, 'the cancelled waiter')
@@ -1365,8 +1367,17 @@ def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
         wake = fired['req']
         wait_until(lambda: wake.reply is not None, 10, "the wake's reply")
         assert wake.reply.err == ZBADVERSION, wake.reply
-        searched_before_second_beat(sx, waits, record, wake.reply.time,
-                                    'X after the refused wake')
+        # W reads the record again and writes that back
+        wait_until(lambda: any(r.op == OP_SETDATA and r.path == record and
+                               r.reply is not None
+                               for r in sw.proxy.requests()
+                               if r.seq > wake.seq), 10, 'the wake again')
+        again = [r for r in sw.proxy.requests() if r.seq > wake.seq and
+                 r.path == record]
+        assert [r.op for r in again[:2]] == [OP_GETDATA, OP_SETDATA] and \
+            not again[0].watch and again[1].reply.err == ZOK, describe(again)
+        searched_within_beats(sx, waits, record, wake.reply.time, 1,
+                              'X after the refused wake')
         expect_sqlstate(fx, '40P01', 15, 'X, the victim')
         x.query('ROLLBACK')
         token_of(fw, 15, 'W after the victim')
@@ -1377,3 +1388,52 @@ def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
                             ctx.kz.get_children(waits)), 15,
                'no wait record left')
     setup.query('DROP TABLE proxy_rows')
+
+
+# ---------------------------------------------------------------------------
+# s: a search that finds the waiter's own record gone
+# ---------------------------------------------------------------------------
+
+def test_s_own_record_gone_at_the_search_is_published_again(ctx):
+    """A waiter's record can vanish between its check's write and its
+    search's listing (a sweep for an earlier create of it whose reply was
+    lost deletes it).  The search then drops the record, to publish it
+    again at the next check.  It kept the watch it had on it and, with
+    no record, looked that watch up by a null path at the next wake-up:
+    the backend died of a segmentation fault and the postmaster restarted
+    every backend of the cluster.  Here the runner deletes the record
+    right before the waiter's search (its sync of the records' parent)
+    goes on: the waiter must go on waiting, publish its record again and
+    end by its cancel, with the backend alive."""
+    res = 'proxy-record-gone'
+    waits = ctx.root + '/%waits'
+    with Scene(ctx, 'record-gone') as sc:
+        sc.holder(sc.parent(res))
+        w = sc.backend('proxy-record-gone-w')
+        w.query("SET deadlock_timeout = '%dms'" % (WAITS_DT * 1000))
+        lock_cycle(ctx, w, res + '-warm', 'warm-up lock')
+        record = '%s/%016x' % (waits, sc.proxy.connections()[-1].session_id)
+        fired = {}
+
+        def hook(req):
+            if fired or req.op != OP_SYNC or req.path != waits:
+                return None
+            st = ctx.kz.exists(record)
+            ctx.kz.delete(record)
+            fired.update(req=req, czxid=st.czxid)
+            return None
+        sc.proxy.hook = hook
+        w.query('BEGIN')
+        f = w.submit(LOCK_X, [res, '60 seconds'])
+        wait_until(lambda: fired, 10, "the waiter's first search")
+        sc.proxy.hook = None
+        def republished():
+            st = ctx.kz.exists(record)
+            return st is not None and st.czxid != fired['czxid']
+        # published again, as a new node, at a later check
+        wait_until(republished, 10, 'the record published again')
+        assert not f.done(), f.exception(0)
+        w.cancel()
+        expect_sqlstate(f, '57014', 15, 'the cancelled waiter')
+        w.query('ROLLBACK')
+        assert w.scalar('SELECT 1') == 1
