@@ -65,6 +65,14 @@ static int	n_watched = 0;
 static int
 find_locked(const char *path)
 {
+	/*
+	 * No caller may pass a path it no longer has (test_proxy s met one);
+	 * should one, a crash would restart the whole cluster, while "not
+	 * watched" costs at most a search at its schedule.  (No Assert: the
+	 * watcher's thread comes here too, and runs nothing of PostgreSQL.)
+	 */
+	if (path == NULL)
+		return -1;
 	for (int i = 0; i < n_watched; i++)
 		if (strcmp(watched[i].path, path) == 0)
 			return i;
