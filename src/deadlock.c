@@ -146,6 +146,7 @@ zkd_wait_end(ZkdWait *w)
 	w->search_at = 0;
 	w->checks = 0;
 	w->nblocked = 0;
+	w->listed = 0;
 	w->rewritten = false;
 }
 

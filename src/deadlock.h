@@ -36,6 +36,7 @@ typedef struct ZkdWait
 	bool		watching;		/* a data watch on our record is ours */
 	ZksRequest *req;			/* our request of the check, while in flight */
 	uint64		beat;			/* the record's, advanced at every check */
+	int			listed;			/* a semaphore's leases at our last listing */
 	int			nblocked;		/* the local edges the record names */
 	int			blocked[ZKW_MAX_BLOCKED];
 } ZkdWait;

@@ -159,9 +159,11 @@ ensure_kazoo_node(ZkaAttempt *a, const char *path, int max_holders)
  * a->parent's children.
  */
 static void
-await_change(ZkaAttempt *a, ZksEventMark seen, const char *held, int leases)
+await_change(ZkaAttempt *a, ZksEventMark seen, const char *held, int leases,
+			 int listed)
 {
 	a->waited = true;
+	a->dl.listed = listed;		/* (what our own search compares with) */
 	zkwl_waiting(a->resource, ZKR_MODE_SEMAPHORE, NULL, leases);
 	if (a->follow_deadlocks)
 		zkd_wait_begin(&a->dl);
@@ -255,7 +257,7 @@ lease_counted_after_create(ZkaAttempt *a, int max_holders)
 	zka_create_node(a);			/* leaves the listing in a->lreq */
 
 	while (!counted_with_room(a, max_holders, &seen, &n))
-		await_change(a, seen, a->node, Min(n, max_holders));
+		await_change(a, seen, a->node, Min(n, max_holders), n);
 	zkd_wait_end(&a->dl);
 }
 
@@ -303,7 +305,7 @@ lease_counted_before_create(ZkaAttempt *a, ZkaAttempt *m, int max_holders)
 		}
 		if (a->try_only)
 			return false;
-		await_change(a, seen, m->node, n);
+		await_change(a, seen, m->node, n, n);
 	}
 }
 

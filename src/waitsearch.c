@@ -60,6 +60,7 @@ typedef struct Search
 	int			qhead;
 	int			qtail;
 	TimestampTz deadline;
+	int			listed;			/* our own semaphore wait's last listing */
 	bool		failed;			/* ZooKeeper did not answer as needed */
 } Search;
 
@@ -479,23 +480,42 @@ expand_semaphore(Search *s, int u)
 	gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
 	PG_TRY();
 	{
+		ZksRc	   *rcs = palloc(sizeof(ZksRc) * Max(n, 1));
+		int			live = 0;
+		bool		room;
+
 		for (int i = 0; i < n; i++)
 			gets[i] = zks_send_get(psprintf("%s/%s", mu->leases, names[i]));
 		for (int i = 0; i < n && !s->failed; i++)
 		{
-			ZksRc		rc = zks_wait(gets[i], s->deadline);
+			rcs[i] = zks_wait(gets[i], s->deadline);
+			if (rcs[i] == ZKS_OK)
+				live++;
+			else if (rcs[i] != ZKS_NONODE)	/* (gone meanwhile: room is coming) */
+				s->failed = true;
+		}
+
+		/*
+		 * Our own wait: fewer leases now than at the listing that found
+		 * no room means one has gone since, and there may be room; our
+		 * child watch has fired, and the wait looks at the leases again
+		 * before it is a deadlock's member (test_proxy t: a holder that
+		 * was free to go released its lease during this search, and the
+		 * remaining holder, on a cycle with us, made us a false victim).
+		 */
+		room = (u == 0 && s->listed > 0 && live < s->listed);
+
+		for (int i = 0; i < n && !s->failed && !room; i++)
+		{
 			ZksStat		st;
 			int			len;
 
-			if (rc == ZKS_NONODE)
-				continue;		/* gone meanwhile: room is coming */
-			if (rc != ZKS_OK)
+			if (rcs[i] == ZKS_OK)
 			{
-				s->failed = true;
-				break;
+				zks_get_stat(gets[i], &st);
+				meet_owner(s, u, st.ephemeral_owner,
+						   zks_get_data(gets[i], &len));
 			}
-			zks_get_stat(gets[i], &st);
-			meet_owner(s, u, st.ephemeral_owner, zks_get_data(gets[i], &len));
 		}
 	}
 	PG_FINALLY();
@@ -520,6 +540,7 @@ zkd_search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
 	int			victim;
 
 	s->deadline = deadline;
+	s->listed = w->listed;
 	read_records(s);
 	if (s->failed)
 		return false;

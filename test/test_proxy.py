@@ -50,6 +50,10 @@ play the other contenders:
      the waiter's own beat is not forgotten: the waiter searches at once;
   r  a wake refused for an old version (the waiter beat in between) is
      sent again with the record read anew.
+  s  a waiter whose record is gone at its search goes on waiting and
+     publishes it again (its backend crashed before);
+  t  a semaphore's lease that goes during its waiter's search makes no
+     false deadlock of the holder left (both layouts).
 
 Every test proves that its race really happened (the hook fired, the
 server answered what the race implies), so that a pass is not vacuous.
@@ -1437,3 +1441,72 @@ def test_s_own_record_gone_at_the_search_is_published_again(ctx):
         expect_sqlstate(f, '57014', 15, 'the cancelled waiter')
         w.query('ROLLBACK')
         assert w.scalar('SELECT 1') == 1
+
+
+# ---------------------------------------------------------------------------
+# t: a lease that goes during the search of a semaphore's waiter
+# ---------------------------------------------------------------------------
+
+def test_t_lease_gone_during_the_search_is_no_deadlock(ctx):
+    """test_deadlock's free-holder semaphore case, with its race forced: a
+    semaphore of 2 whose leases A and C hold; A waits for a row lock of
+    W; W waits for room.  C, free to go, commits during W's search,
+    between the records and the listing of the leases: the listing shows
+    A alone, on a cycle with W, so W was a false victim (40P01; matrix
+    run of this session, PostgreSQL 15), though C's lease was room for
+    it.  A lease fewer than at its own last listing now tells W's search
+    that room may have come: no cycle, and W gets the lease.  For both
+    layouts (Curator's waiter holds its lease while it waits, kazoo's
+    does not)."""
+    setup = ctx.backend('proxy-semroom-setup')
+    setup.query('CREATE TABLE IF NOT EXISTS proxy_semrows '
+                '(id int PRIMARY KEY, v int)')
+    setup.query('INSERT INTO proxy_semrows VALUES (1, 0) '
+                'ON CONFLICT DO NOTHING')
+    waits = ctx.root + '/%waits'
+    for protocol in ('curator-rw', 'kazoo'):
+        sem = 'proxy-semroom-%s-%d' % (protocol,
+                                       int(time.time() * 1000) % 100000)
+        with Scene(ctx, 'semroom-' + protocol) as sc:
+            w = sc.backend('proxy-semroom-w')
+            a = ctx.backend('proxy-semroom-a')
+            c = ctx.backend('proxy-semroom-c')
+            for b in (a, w, c):
+                b.query('SET zklock.protocol = %s', [protocol])
+                b.query("SET deadlock_timeout = '%dms'" % (WAITS_DT * 1000))
+                b.query('BEGIN')
+            token_of(a.submit('SELECT zk_lock_semaphore(%s, 2)', [sem]), 15)
+            token_of(c.submit('SELECT zk_lock_semaphore(%s, 2)', [sem]), 15)
+            w.query('UPDATE proxy_semrows SET v = v + 1 WHERE id = 1')
+            fa = a.submit('UPDATE proxy_semrows SET v = v + 1 WHERE id = 1')
+            fired = {}
+
+            def hook(req):
+                if 'released' in fired:
+                    return None
+                if req.op == OP_SYNC and req.path == waits:
+                    fired['search'] = True
+                elif fired.get('search') and req.op in LISTING_OPS and \
+                        not req.watch and req.path != waits:
+                    # W's search lists the leases: C's goes first (a
+                    # release's delete is sent after COMMIT returns)
+                    before = len(ctx.kz.get_children(req.path))
+                    c.query('COMMIT')
+                    wait_until(lambda: len(ctx.kz.get_children(req.path))
+                               < before, 10, "C's lease gone")
+                    fired['released'] = req
+                return None
+            sc.proxy.hook = hook
+            fw = w.submit('SELECT zk_lock_semaphore(%s, 2, %s::interval)',
+                          [sem, '60 seconds'])
+            wait_until(lambda: 'released' in fired, 15,
+                       "C's release during W's search (%s)" % protocol)
+            sc.proxy.hook = None
+            token_of(fw, 15, 'W, given the room C left (%s)' % protocol)
+            w.query('COMMIT')
+            fa.result(15)
+            a.query('COMMIT')
+        wait_until(lambda: not (ctx.kz.exists(waits) and
+                                ctx.kz.get_children(waits)), 15,
+                   'no wait record left')
+    setup.query('DROP TABLE proxy_semrows')
