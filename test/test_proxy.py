@@ -1236,6 +1236,23 @@ WAITS_DT = 0.3      # deadlock_timeout of q and r: beats every 0.3 s;
                     # searches at 0.3, 0.9, 2.1 s, then every 2.4 s
 
 
+def rows_table(ctx, table):
+    """A table with row 1, for row locks; returns the backend that made it
+    (which drops it at the end of the test)."""
+    setup = ctx.backend(table.replace('_', '-') + '-setup')
+    setup.query('CREATE TABLE IF NOT EXISTS %s (id int PRIMARY KEY, v int)'
+                % table)
+    setup.query('INSERT INTO %s VALUES (1, 0) ON CONFLICT DO NOTHING' % table)
+    return setup
+
+
+def no_wait_record_left(ctx):
+    waits = ctx.root + '/%waits'
+    wait_until(lambda: not (ctx.kz.exists(waits) and
+                            ctx.kz.get_children(waits)), 15,
+               'no wait record left')
+
+
 def wait_searches(sc, waits, n, what):
     """Wait for the n-th deadlock search on sc's proxy (a search starts
     with a sync of the records' parent); returns their requests."""
@@ -1329,10 +1346,7 @@ def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
     tag = 'proxy-rewake-%d' % (int(time.time() * 1000) % 100000)
     r1, r2 = tag + '/r1', tag + '/r2'
     waits = ctx.root + '/%waits'
-    setup = ctx.backend('proxy-rewake-setup')
-    setup.query('CREATE TABLE IF NOT EXISTS proxy_rows '
-                '(id int PRIMARY KEY, v int)')
-    setup.query('INSERT INTO proxy_rows VALUES (1, 0) ON CONFLICT DO NOTHING')
+    setup = rows_table(ctx, 'proxy_rows')
     with Scene(ctx, 'rewake-x') as sx, Scene(ctx, 'rewake-w') as sw:
         sx.parent(r1)
         sx.parent(r2)
@@ -1388,9 +1402,7 @@ def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
         w.query('COMMIT')
         fh.result(15)
         h.query('COMMIT')
-    wait_until(lambda: not (ctx.kz.exists(waits) and
-                            ctx.kz.get_children(waits)), 15,
-               'no wait record left')
+    no_wait_record_left(ctx)
     setup.query('DROP TABLE proxy_rows')
 
 
@@ -1458,11 +1470,7 @@ def test_t_lease_gone_during_the_search_is_no_deadlock(ctx):
     that room may have come: no cycle, and W gets the lease.  For both
     layouts (Curator's waiter holds its lease while it waits, kazoo's
     does not)."""
-    setup = ctx.backend('proxy-semroom-setup')
-    setup.query('CREATE TABLE IF NOT EXISTS proxy_semrows '
-                '(id int PRIMARY KEY, v int)')
-    setup.query('INSERT INTO proxy_semrows VALUES (1, 0) '
-                'ON CONFLICT DO NOTHING')
+    setup = rows_table(ctx, 'proxy_semrows')
     waits = ctx.root + '/%waits'
     for protocol in ('curator-rw', 'kazoo'):
         sem = 'proxy-semroom-%s-%d' % (protocol,
@@ -1506,7 +1514,5 @@ def test_t_lease_gone_during_the_search_is_no_deadlock(ctx):
             w.query('COMMIT')
             fa.result(15)
             a.query('COMMIT')
-        wait_until(lambda: not (ctx.kz.exists(waits) and
-                                ctx.kz.get_children(waits)), 15,
-                   'no wait record left')
+        no_wait_record_left(ctx)
     setup.query('DROP TABLE proxy_semrows')
