@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * session.c
- *	  The backend's ZooKeeper session: with session_request.c and
- *	  session_cleanup.c, the only code that talks to libzookeeper.
+ *	  The backend's ZooKeeper session: with the other session_*.c files,
+ *	  the only code that talks to libzookeeper.
  *
  * libzookeeper_mt runs an I/O thread and a completion thread of its own.
  * Watchers and completions run on the completion thread, so they may call
