@@ -401,8 +401,9 @@ zkl_pre_commit_checks(XactEvent event)
 	 * zk_status(), zk_lock_queue) and has no transaction id committed
 	 * nothing that a lock protects, so a DBA can look at a lost lock in
 	 * autocommit; every other commit is checked, read-only ones too
-	 * (lookonly.c says why).  It took no lock either, unless by a
-	 * fast-path function call: then it is checked.
+	 * (lookonly.c says why).  It took no lock either: a lock function
+	 * is no inspection, wherever it was called from (a fast-path call
+	 * too); the test of transaction-level holds stays as a second guard.
 	 */
 	if (event == XACT_EVENT_PRE_COMMIT && zko_only_looked() &&
 		!have_xact_holds())

@@ -13,16 +13,35 @@
  * DBA could not look at the lost lock without BEGIN ... ROLLBACK.
  *
  * So the exemption is for what can be recognised as harmless: a
- * transaction with no transaction id whose every statement was a plain
- * SELECT that calls one of zklock's inspection functions (zk_locks,
+ * transaction with no transaction id in which nothing ran but plain
+ * SELECTs that call one of zklock's inspection functions (zk_locks,
  * zk_status, zk_lock_queue: they read the backend's table and ZooKeeper,
- * and change nothing), built only from plan nodes and expressions known
- * here, and calling no function besides them but built-in non-volatile
- * ones.  Anything else -- a table, a utility statement, a volatile or
- * user-defined function, an unknown node -- counts as work, and the commit
- * is checked as before.  The classification stops at the first such
- * statement of a transaction, and is not done at all while the backend
- * holds no zklock lock.
+ * and change nothing).  Two checks, both sticky until the transaction
+ * ends:
+ *
+ * - Every statement's final plan is built only from plan nodes and
+ *   expressions known here, calling no function besides the inspections
+ *   but built-in non-volatile ones (zko_statement).  A table, a utility
+ *   statement, an unknown node counts as work.
+ *
+ * - Every function the transaction runs, wherever it runs, is one of
+ *   those (zko_function_executed, from PostgreSQL's function-execute
+ *   object access hook).  A plan does not show everything a transaction
+ *   ran: a user function labelled IMMUTABLE is called by the planner and
+ *   folded away, a parameter of a domain type runs the domain's CHECK at
+ *   Bind before any plan exists, a fast-path call (libpq's PQfn) runs a
+ *   function with no statement at all, and a PL/pgSQL simple expression
+ *   runs with no executor.  Each of these could NOTIFY or set_config(...,
+ *   false), which commit without a transaction id.  PostgreSQL invokes
+ *   the hook wherever it prepares a function call for execution (every
+ *   expression initialisation, aggregates, set-returning functions, and
+ *   the fast-path message), so "what ran" is judged there, not guessed
+ *   from plans.  What the hook does not see are functions called directly
+ *   from C (a type's input and output functions): they are a superuser's
+ *   C code, as is everything else the exemption trusts.
+ *
+ * Anything else counts as work, and the commit is checked as before.  The
+ * classification is not done while the backend holds no zklock lock.
  *
  * src/lookonly.c
  *
@@ -246,6 +265,21 @@ zko_statement(PlannedStmt *stmt)
 		xact_state = ZKO_WORKED;
 	else
 		xact_state = ZKO_LOOKED;
+}
+
+void
+zko_function_executed(Oid funcid)
+{
+	LookCheck	c = {false};
+
+	/*
+	 * Cheap when nothing is checked: once the transaction counts as work,
+	 * or while no lock is held, no catalog lookup is made.
+	 */
+	if (xact_state == ZKO_WORKED)
+		return;
+	if (!zkl_have_locks() || may_act(funcid, &c))
+		xact_state = ZKO_WORKED;
 }
 
 void

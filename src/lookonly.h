@@ -16,13 +16,20 @@
 /* Before the executor runs a statement (ExecutorStart hook). */
 extern void zko_statement(PlannedStmt *stmt);
 
+/*
+ * Before any function runs, wherever it is called from (object access
+ * hook, OAT_FUNCTION_EXECUTE).
+ */
+extern void zko_function_executed(Oid funcid);
+
 /* Before a utility statement runs (ProcessUtility hook). */
 extern void zko_utility(Node *parsetree);
 
 /*
  * True if every statement of the current transaction only read zklock's
- * state (zk_locks, zk_status, zk_lock_queue) and the transaction has no
- * transaction id: its commit cannot carry anything done under a lock.
+ * state (zk_locks, zk_status, zk_lock_queue), no other function ran in it,
+ * and it has no transaction id: its commit cannot carry anything done
+ * under a lock.
  */
 extern bool zko_only_looked(void);
 

@@ -15,6 +15,8 @@
  */
 #include "postgres.h"
 
+#include "catalog/objectaccess.h"
+#include "catalog/pg_proc.h"
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -47,6 +49,7 @@ bool		zklock_session_locks = true;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
 static ExecutorStart_hook_type prev_executor_start = NULL;
+static object_access_hook_type prev_object_access = NULL;
 
 /* 0 (off), or at least 10 ms: a server is never sent a stream of reads */
 static bool
@@ -233,6 +236,21 @@ zklock_executor_end(QueryDesc *queryDesc)
 	zkl_callbacks_first();
 }
 
+/*
+ * Before any function runs, also where no plan shows it (the planner's
+ * folding, a domain's CHECK at Bind, a fast-path call, a PL/pgSQL simple
+ * expression): does this transaction still only look (lookonly.c)?
+ */
+static void
+zklock_object_access(ObjectAccessType access, Oid classId, Oid objectId,
+					 int subId, void *arg)
+{
+	if (prev_object_access)
+		prev_object_access(access, classId, objectId, subId, arg);
+	if (access == OAT_FUNCTION_EXECUTE && classId == ProcedureRelationId)
+		zko_function_executed(objectId);
+}
+
 void
 _PG_init(void)
 {
@@ -348,4 +366,6 @@ _PG_init(void)
 	ExecutorStart_hook = zklock_executor_start;
 	prev_executor_end = ExecutorEnd_hook;
 	ExecutorEnd_hook = zklock_executor_end;
+	prev_object_access = object_access_hook;
+	object_access_hook = zklock_object_access;
 }

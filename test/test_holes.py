@@ -34,10 +34,12 @@ These tests run on a cluster of their own (max_prepared_transactions,
 postgres_fdw), against the suite's ZooKeeper.
 """
 
+import select
 import subprocess
 import time
 
 import harness
+import rawpq
 from test_multisession import LOCK_X, LOCK_S, expect_sqlstate, token_of, \
     still_waiting
 
@@ -410,6 +412,138 @@ def test_commit_guards_do_not_outlive_their_transaction(ctx):
                'under a session lock', grown, 'bytes')
     assert grown < 16 * 1024, 'grew %d bytes' % grown
     assert a.scalar('SELECT zk_unlock(%s)', [res]) is True
+
+
+# ---------------------------------------------------------------------------
+# a look at zklock's state commits nothing: what the transaction did, not
+# what its plans show (issue 37)
+# ---------------------------------------------------------------------------
+
+CHANNEL = 'zkl_holes_chan'
+
+
+def raw_conn(ctx):
+    pg = ctx.shared.pg
+    return rawpq.RawConn('host=%s port=%s dbname=%s user=postgres '
+                         'application_name=holes-raw'
+                         % (pg.host, pg.port, DB))
+
+
+def notifies_before_marker(ctx, listener, marker):
+    """The payloads on CHANNEL that the listener receives before `marker`,
+    which another backend sends now: notifications are delivered in commit
+    order, so one committed before the marker has arrived by then."""
+    ctx.shared.pg.psql("SELECT pg_notify('%s', '%s')" % (CHANNEL, marker),
+                       dbname=DB)
+    seen = []
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        select.select([listener], [], [], 0.5)
+        listener.poll()
+        while listener.notifies:
+            n = listener.notifies.pop(0)
+            if n.payload == marker:
+                return seen
+            seen.append(n.payload)
+    raise AssertionError('marker %r never arrived (seen %r)'
+                         % (marker, seen))
+
+
+def test_look_that_acted_does_not_commit_under_lost_lock(ctx):
+    """A transaction that only looks at zklock's state (zk_locks, ...)
+    commits under a lost session lock, so a DBA can look at the loss; one
+    that did anything else is refused, even where its plans show only a
+    look.  Three routes to pg_notify (and set_config) that the final plan
+    does not show, each with the session lock intact (the notification
+    arrives: the route really notifies) and then lost (40001, no
+    notification, the setting not kept):
+      a. an autocommit look filtered on a PL/pgSQL function labelled
+         IMMUTABLE, folded away at plan time;
+      b. BEGIN, a look, then a fast-path call (libpq PQfn) of pg_notify,
+         COMMIT;
+      c. an autocommit look whose parameter is of a domain whose CHECK
+         notifies: it runs at Bind, before any plan.
+    1.5 committed all three (the notification was received)."""
+    admin = backend(ctx, 'holes-look-admin')
+    admin.query("CREATE OR REPLACE FUNCTION zkl_holes_imm(p text) "
+                "RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$ "
+                "DECLARE d text; BEGIN "
+                "d := pg_notify('%s', p); "
+                "d := set_config('zkl_holes.flag', p, false); "
+                "RETURN 1; END $$" % CHANNEL)
+    admin.query("CREATE OR REPLACE FUNCTION zkl_holes_chk(v int) "
+                "RETURNS bool LANGUAGE plpgsql AS $$ "
+                "DECLARE d text; BEGIN "
+                "d := pg_notify('%s', 'c' || v); RETURN true; END $$"
+                % CHANNEL)
+    admin.query('DROP DOMAIN IF EXISTS zkl_holes_d')
+    admin.query('CREATE DOMAIN zkl_holes_d AS int '
+                'CHECK (zkl_holes_chk(VALUE))')
+    notify_oid = int(admin.scalar(
+        "SELECT 'pg_notify(text,text)'::regprocedure::oid"))
+    domain_oid = int(admin.scalar("SELECT 'zkl_holes_d'::regtype::oid"))
+    listener = ctx.shared.pg.connect(dbname=DB)
+    listener.cursor().execute('LISTEN %s' % CHANNEL)
+
+    raw = raw_conn(ctx)
+    res = 'holes/look-acted'
+
+    def route_a(tag):
+        return raw.execute("SELECT resource FROM zk_locks "
+                           "WHERE zkl_holes_imm('a%s') = 1" % tag)
+
+    def route_b(tag):
+        raw.execute('BEGIN')
+        raw.execute('SELECT * FROM zk_locks')
+        raw.fn(notify_oid, [CHANNEL, 'b%s' % tag])
+        return raw.execute('COMMIT')
+
+    def route_c(tag):
+        return raw.execute_params(
+            'SELECT resource FROM zk_locks WHERE $1 IS NOT NULL',
+            [tag], [domain_oid])
+
+    def flag():
+        raw.execute('BEGIN')
+        [(value,)] = raw.execute(
+            "SELECT coalesce(current_setting('zkl_holes.flag', true), '')")
+        raw.execute('ROLLBACK')
+        return value
+
+    try:
+        raw.execute("SELECT zk_session_lock_exclusive('%s')" % res)
+        # with the lock intact every route commits its notification
+        route_a('1')
+        route_b('1')
+        route_c('1')
+        assert notifies_before_marker(ctx, listener, 'm1') == \
+            ['a1', 'b1', 'c1']
+        assert flag() == 'a1'
+
+        [(node,)] = raw.execute('SELECT node FROM zk_locks')
+        ctx.kz.delete(node)
+        # the plain look still commits: the DBA can see the loss
+        assert raw.execute("SELECT state FROM zk_locks") == [('lost',)]
+        outcomes = {}
+        for tag, route in (('a', route_a), ('b', route_b), ('c', route_c)):
+            try:
+                route('2')
+                outcomes[tag] = 'committed'
+            except rawpq.PqError as e:
+                outcomes[tag] = e.pgcode
+            raw.execute('ROLLBACK')     # (a WARNING if none is open)
+        received = notifies_before_marker(ctx, listener, 'm2')
+        assert outcomes == {'a': '40001', 'b': '40001', 'c': '40001'} \
+            and received == [], \
+            'under the lost lock: %r, notifications received %r' % (
+                outcomes, received)
+        assert flag() == 'a1', 'set_config kept under the lost lock'
+        raw.execute('SELECT zk_unlock_all()')
+    finally:
+        raw.close()
+        listener.close()
+        admin.query('DROP DOMAIN zkl_holes_d')
+        admin.query('DROP FUNCTION zkl_holes_chk(int), zkl_holes_imm(text)')
 
 
 # ---------------------------------------------------------------------------
