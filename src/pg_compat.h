@@ -49,4 +49,22 @@ zk_wait_event_info(const char *name)
 #endif
 }
 
+/*
+ * Every setting PostgreSQL knows, placeholders included.  PostgreSQL 16
+ * keeps them in a hash table and builds the array on request, with its
+ * length; earlier majors return their own array and count it apart.
+ */
+#include "utils/guc_tables.h"
+
+static inline struct config_generic **
+zk_guc_variables(int *num_vars)
+{
+#if PG_VERSION_NUM >= 160000
+	return get_guc_variables(num_vars);
+#else
+	*num_vars = GetNumConfigOptions();
+	return get_guc_variables();
+#endif
+}
+
 #endif							/* ZKLOCK_PG_COMPAT_H */

@@ -54,6 +54,7 @@
 #include "utils/wait_event.h"
 
 #include "auth.h"
+#include "guccheck.h"
 #include "session.h"
 #include "session_int.h"
 #include "zklock.h"
@@ -552,6 +553,9 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 	TimestampTz deadline;
 	bool		limited = false;
 	int			st = zks_current_state();
+
+	/* never on a setting that fell back to a value nobody configured */
+	zkg_refuse_unconfigured();
 
 	/* A session that can never come back is replaced. */
 	if (zh != NULL &&

@@ -26,6 +26,7 @@
 
 #include "auth.h"
 #include "callorder.h"
+#include "guccheck.h"
 #include "locktable.h"
 #include "lookonly.h"
 #include "recipe.h"
@@ -254,6 +255,9 @@ zklock_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 void
 _PG_init(void)
 {
+	/* which zklock settings arrive as placeholders, and from where */
+	zkg_note_placeholders();
+
 	DefineCustomStringVariable("zklock.hosts",
 							   "ZooKeeper connect string of the ensemble that holds the locks.",
 							   "Comma-separated host:port list. Takes effect at the next lock call made while this backend holds no zklock lock.",
@@ -355,6 +359,9 @@ _PG_init(void)
 							 NULL, NULL, NULL);
 
 	zkst_init();
+
+	/* did each take the value its placeholder held (guccheck.c)? */
+	zkg_check_applied();
 
 	MarkGUCPrefixReserved("zklock");
 

@@ -11,6 +11,15 @@ tried.
     not loaded in the session (42704), and takes it after LOAD 'zklock';
     17 and 18 take it either way.
   * postgresql.conf (a line, then a reload).
+  * A connection's own options (libpq's options='-c ...' and PGOPTIONS)
+    never make a backend run on a superuser-only setting nobody
+    configured (issue 37): with zklock not preloaded, a role that may not
+    set one and passes it (even with its configured value) made it fall
+    back to its compiled-in default (zklock.root went from the configured
+    tree to /zklock, zklock.session_locks back on); now every zklock call
+    of that backend fails with 55000 naming the setting, and nothing is
+    created in ZooKeeper.  Preloaded, PostgreSQL refuses the connection
+    (42501).  A superuser's options, and a role without them, still work.
 
 Each way is checked by a new backend taking a lock on the suite's
 ZooKeeper, and by what SHOW says.  The tests run on a cluster of their
@@ -18,6 +27,7 @@ own, created without zklock.hosts, in this order (the last ones leave
 settings behind).
 """
 
+import os
 import socket
 
 import psycopg2
@@ -149,3 +159,133 @@ def test_postgresql_conf(ctx):
             'SHOW zklock.hosts') == ctx.zk.connect_string,
         15, 'the reload takes postgresql.conf in')
     locks_on_the_suite_zk(ctx, backend(ctx, 'cfg-conf'), 'cfg/conf')
+
+
+def superuser_only_settings(ctx):
+    """(name, configured value) of every superuser-only zklock setting."""
+    admin = backend(ctx, 'cfg-list')
+    admin.query("LOAD 'zklock'")
+    rows = admin.query("SELECT name, setting FROM pg_settings "
+                       "WHERE name LIKE 'zklock.%%' AND context = 'superuser' "
+                       "ORDER BY name")
+    names = [r[0] for r in rows]
+    for expected in ('zklock.hosts', 'zklock.root', 'zklock.session_timeout',
+                     'zklock.auth_file', 'zklock.session_locks'):
+        assert expected in names, (expected, names)
+    return rows
+
+
+def connect_with_options(pg, options, via, user='cfg_job'):
+    """A connection passing `options` in libpq's options or in PGOPTIONS."""
+    if via == 'options':
+        return pg.connect(dbname=DB, user=user, options=options)
+    saved = os.environ.get('PGOPTIONS')
+    os.environ['PGOPTIONS'] = options
+    try:
+        return pg.connect(dbname=DB, user=user)
+    finally:
+        if saved is None:
+            del os.environ['PGOPTIONS']
+        else:
+            os.environ['PGOPTIONS'] = saved
+
+
+def lock_outcome(conn, sql, name):
+    """SQLSTATE and message of `sql` in a transaction (None if it ran)."""
+    cur = conn.cursor()
+    try:
+        cur.execute('BEGIN')
+        cur.execute(sql, [name])
+        return None, None
+    except psycopg2.Error as e:
+        return e.pgcode, str(e)
+    finally:
+        conn.rollback()
+
+
+def test_startup_options_never_run_on_unconfigured_values(ctx):
+    pg = ctx.shared.pg
+    pg.set_conf({'zklock.hosts': ctx.zk.connect_string})
+    harness.wait_until(
+        lambda: backend(ctx, 'cfg-opt-probe').scalar(
+            'SHOW zklock.hosts') == ctx.zk.connect_string,
+        15, 'the reload takes postgresql.conf in')
+    pg.psql('GRANT EXECUTE ON FUNCTION zk_session_lock_exclusive(text, interval) '
+            'TO cfg_job', dbname=DB)
+    # the control: the role with no options locks on the suite's ensemble
+    locks_on_the_suite_zk(ctx, backend(ctx, 'cfg-opt-none', user='cfg_job'),
+                          'cfg/opt-none')
+    settings = superuser_only_settings(ctx)
+    outcomes = {}
+    for via in ('options', 'PGOPTIONS'):
+        for name, value in settings:
+            conn = connect_with_options(pg, '-c %s=%s' % (name, value), via)
+            try:
+                code, msg = lock_outcome(
+                    conn, 'SELECT zk_try_lock_exclusive(%s)', 'cfg/opt')
+            finally:
+                conn.close()
+            if code == '55000' and ('"%s"' % name) in msg:
+                continue
+            outcomes['%s via %s' % (name, via)] = (code, msg)
+    # the administrator turned session locks off for the pooler's role
+    pg.psql('ALTER ROLE cfg_job SET zklock.session_locks = off')
+    try:
+        conn = connect_with_options(pg, '-c zklock.session_locks=off',
+                                    'options')
+        try:
+            code, msg = lock_outcome(
+                conn, 'SELECT zk_session_lock_exclusive(%s)', 'cfg/opt-s')
+        finally:
+            conn.close()
+        if code != '55000':
+            outcomes['a session lock, turned off for the role'] = (code, msg)
+    finally:
+        pg.psql('ALTER ROLE cfg_job RESET zklock.session_locks')
+    assert outcomes == {}, 'ran on a value nobody configured: %r' % outcomes
+    for path in (ctx.root.rstrip('/') + '/cfg/opt',
+                 ctx.root.rstrip('/') + '/cfg/opt-s'):
+        assert ctx.kz.exists(path) is None, path + ' was created'
+
+    # a superuser may pass them: they take effect
+    su = pg.connect(dbname=DB, user='postgres',
+                    options='-c zklock.root=%s' % ctx.root)
+    try:
+        assert lock_outcome(su, 'SELECT zk_try_lock_exclusive(%s)',
+                            'cfg/opt-su') == (None, None)
+    finally:
+        su.close()
+
+
+def test_startup_options_refused_when_preloaded(ctx):
+    pre = harness.PgCluster('cfgpre', {
+        'shared_preload_libraries': 'zklock',
+        'zklock.hosts': ctx.zk.connect_string,
+        'zklock.root': ctx.root,
+    }, base_dir=ctx.workdir).start()
+    try:
+        pre.psql('CREATE DATABASE %s' % DB)
+        pre.psql('CREATE EXTENSION zklock', dbname=DB)
+        pre.psql('CREATE ROLE cfg_job LOGIN', dbname=DB)
+        admin = pre.connect(dbname=DB)
+        cur = admin.cursor()
+        cur.execute("SELECT name, setting FROM pg_settings "
+                    "WHERE name LIKE 'zklock.%%' AND context = 'superuser'")
+        settings = cur.fetchall()
+        admin.close()
+        assert len(settings) >= 5, settings
+        admitted = []
+        for via in ('options', 'PGOPTIONS'):
+            for name, value in settings:
+                try:
+                    conn = connect_with_options(
+                        pre, '-c %s=%s' % (name, value), via)
+                except psycopg2.OperationalError as e:
+                    assert 'permission denied to set parameter "%s"' % name \
+                        in str(e), str(e)
+                    continue
+                conn.close()
+                admitted.append('%s via %s' % (name, via))
+        assert admitted == [], 'connections admitted: %r' % admitted
+    finally:
+        pre.stop()
