@@ -16,11 +16,19 @@
 /*
  * Put a zklock callback in front of any registered since, so that zklock
  * confirms its locks before another extension commits remote work: moves
- * the main callback inside a portal, adds a guard outside one.  Called
- * after each statement and each lock, and before COMMIT and PREPARE,
+ * the main callback inside a portal, adds a guard outside one (only if
+ * something began since it last came first).  Called after each
+ * statement's run and end and each lock, and before COMMIT and PREPARE,
  * while locks are held.
  */
 extern void zkl_callbacks_first(void);
+
+/*
+ * A statement or a function call begins (executor start, utility
+ * statement, function-execute hook): code that may register a callback
+ * in front of zklock's runs after this.
+ */
+extern void zkl_activity(void);
 
 /*
  * Called by whichever zklock callback runs at PRE_COMMIT or PRE_PREPARE:

@@ -67,4 +67,18 @@ zk_guc_variables(int *num_vars)
 #endif
 }
 
+/*
+ * The ExecutorRun hook.  PostgreSQL 18 dropped its execute_once argument.
+ */
+#if PG_VERSION_NUM >= 180000
+#define ZK_EXECUTOR_RUN_PARAMS \
+	QueryDesc *queryDesc, ScanDirection direction, uint64 count
+#define ZK_EXECUTOR_RUN_ARGS queryDesc, direction, count
+#else
+#define ZK_EXECUTOR_RUN_PARAMS \
+	QueryDesc *queryDesc, ScanDirection direction, uint64 count, \
+	bool execute_once
+#define ZK_EXECUTOR_RUN_ARGS queryDesc, direction, count, execute_once
+#endif
+
 #endif							/* ZKLOCK_PG_COMPAT_H */

@@ -15,6 +15,8 @@
  */
 #include "postgres.h"
 
+#include "pg_compat.h"
+
 #include "catalog/objectaccess.h"
 #include "catalog/pg_proc.h"
 #include "executor/executor.h"
@@ -50,6 +52,7 @@ bool		zklock_session_locks = true;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
 static ExecutorStart_hook_type prev_executor_start = NULL;
+static ExecutorRun_hook_type prev_executor_run = NULL;
 static object_access_hook_type prev_object_access = NULL;
 
 /* 0 (off), or at least 10 ms: a server is never sent a stream of reads */
@@ -172,6 +175,7 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 {
 	Node	   *parsetree = pstmt->utilityStmt;
 
+	zkl_activity();
 	zko_utility(parsetree);
 
 	/*
@@ -210,12 +214,30 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 static void
 zklock_executor_start(QueryDesc *queryDesc, int eflags)
 {
+	zkl_activity();
 	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY))
 		zko_statement(queryDesc->plannedstmt);
 	if (prev_executor_start)
 		prev_executor_start(queryDesc, eflags);
 	else
 		standard_ExecutorStart(queryDesc, eflags);
+}
+
+/*
+ * After each run of a statement's executor, which may have opened a
+ * connection of another extension: a client's statement runs inside its
+ * portal, where zklock's callback is moved in front (callorder.c), so that
+ * the executor's end outside the portal (a top-level SELECT's, when the
+ * portal is dropped) finds it there and adds no guard.
+ */
+static void
+zklock_executor_run(ZK_EXECUTOR_RUN_PARAMS)
+{
+	if (prev_executor_run)
+		prev_executor_run(ZK_EXECUTOR_RUN_ARGS);
+	else
+		standard_ExecutorRun(ZK_EXECUTOR_RUN_ARGS);
+	zkl_callbacks_first();
 }
 
 /*
@@ -249,7 +271,10 @@ zklock_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 	if (prev_object_access)
 		prev_object_access(access, classId, objectId, subId, arg);
 	if (access == OAT_FUNCTION_EXECUTE && classId == ProcedureRelationId)
+	{
+		zkl_activity();
 		zko_function_executed(objectId);
+	}
 }
 
 void
@@ -371,6 +396,8 @@ _PG_init(void)
 	ProcessUtility_hook = zklock_process_utility;
 	prev_executor_start = ExecutorStart_hook;
 	ExecutorStart_hook = zklock_executor_start;
+	prev_executor_run = ExecutorRun_hook;
+	ExecutorRun_hook = zklock_executor_run;
 	prev_executor_end = ExecutorEnd_hook;
 	ExecutorEnd_hook = zklock_executor_end;
 	prev_object_access = object_access_hook;

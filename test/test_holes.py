@@ -414,6 +414,41 @@ def test_commit_guards_do_not_outlive_their_transaction(ctx):
     assert a.scalar('SELECT zk_unlock(%s)', [res]) is True
 
 
+def test_long_transaction_under_a_session_lock_keeps_memory_flat(ctx):
+    """100,000 top-level SELECTs in one transaction under a session lock
+    keep TopMemoryContext flat while the transaction runs: 1.5 added a
+    commit guard (about 61 bytes) for each, freed only at its end (6 MB
+    here).  zklock now comes first again at the end of each statement's
+    run, inside its portal, and adds a guard at the executor's end only if
+    a statement began since (a deferred trigger's at COMMIT)."""
+    conn = ctx.shared.pg.connect(dbname=DB, application_name='holes-flat')
+    cur = conn.cursor()
+    res = 'holes/flat'
+
+    def top():
+        cur.execute("SELECT sum(used_bytes) FROM pg_backend_memory_contexts "
+                    "WHERE name = 'TopMemoryContext'")
+        return cur.fetchone()[0]
+
+    try:
+        cur.execute('SELECT zk_session_lock_exclusive(%s)', [res])
+        cur.execute('BEGIN')
+        for _ in range(1000):
+            cur.execute('SELECT 1')
+        before = top()
+        for _ in range(99000):
+            cur.execute('SELECT 1')
+        grown = top() - before
+        cur.execute('COMMIT')
+        ctx.figure('TopMemoryContext growth over 99,000 top-level SELECTs '
+                   'in one transaction under a session lock', grown, 'bytes')
+        assert grown < 64 * 1024, 'grew %d bytes' % grown
+        cur.execute('SELECT zk_unlock(%s)', [res])
+        assert cur.fetchone()[0] is True
+    finally:
+        conn.close()
+
+
 # ---------------------------------------------------------------------------
 # a look at zklock's state commits nothing: what the transaction did, not
 # what its plans show (issue 37)
