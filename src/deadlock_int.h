@@ -18,6 +18,21 @@
 #define MAX_EDGES		512
 #define MAX_RECORDS		4096
 
+/*
+ * Reads of wait records in flight at once, and the most record data one
+ * search keeps.  Every record is read (ZKS_MAX_VALUE_BYTES at most each),
+ * but only READ_WINDOW replies wait at once, and a search whose records
+ * add up to more than MAX_SEARCH_BYTES gives up this round: zklock's own
+ * records are at most a few kB, one per waiting session, so only a client
+ * that writes large records under %waits (one per session it opens: a
+ * record is an ephemeral node named by its owner's session) gets there.
+ * Such a client can delay detection, as it can forge a cycle through
+ * itself (README, Security); it cannot make every waiter allocate
+ * gigabytes (4,096 records of 1 MB each before).
+ */
+#define READ_WINDOW		64
+#define MAX_SEARCH_BYTES (16 * 1024 * 1024)
+
 /* A session met in the search. */
 typedef struct Member
 {

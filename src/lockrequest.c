@@ -405,11 +405,19 @@ zkl_acquire_many(const char *const *resources, const char *const *relpaths,
 	}
 	PG_CATCH();
 	{
-		/* charged to the lock waited for, if any, else the first */
+		/*
+		 * Charged to the lock waited for, if any, else the first new one,
+		 * else the call's first name.  With every name already held or
+		 * borrowed there is no attempt (atts is NULL), and what can fail
+		 * here then is only an allocation (a hold's slot, a borrowed
+		 * entry): zklock 1.5 read atts[0] on that path, a crash of the
+		 * backend, and so a restart of the cluster, on out-of-memory.
+		 */
 		const char *culprit = zkwl_waited_for();
 
-		call_failed(culprit ? culprit : atts[0].resource, mode,
-					geterrcode());
+		if (culprit == NULL)
+			culprit = natts > 0 ? atts[0].resource : resources[0];
+		call_failed(culprit, mode, geterrcode());
 		undo_many(made, nmade, atts, natts);
 		PG_RE_THROW();
 	}

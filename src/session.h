@@ -196,7 +196,16 @@ extern ZksRc zks_wait(ZksRequest *req, TimestampTz deadline);
 extern char *zks_take_created_path(ZksRequest *req);
 extern void zks_get_stat(ZksRequest *req, ZksStat *stat);
 extern char **zks_get_children(ZksRequest *req, int *count);
-extern char *zks_get_data(ZksRequest *req, int *len);	/* NUL-terminated */
+/*
+ * A node's data as read, NUL-terminated: its first ZKS_MAX_VALUE_BYTES at
+ * most.  Whatever zklock writes is far shorter (a wait record, an owner
+ * line: a few kB at the longest root and resource name), and every reader
+ * of foreign data shows or parses less than that; a client that writes
+ * ZooKeeper's maximum (about 1 MB) into thousands of nodes a search or a
+ * look reads must not make a backend hold a copy of each.
+ */
+#define ZKS_MAX_VALUE_BYTES (64 * 1024)
+extern char *zks_get_data(ZksRequest *req, int *len);
 
 /*
  * The caller takes charge of whatever node a create made (or may have

@@ -332,6 +332,9 @@ get_completion(int rc, const char *value, int value_len,
 	if (!completion_begin(req, rc))
 		return;
 	store_stat(req, rc, stat);
+	/* no more than any reader needs (session.h, ZKS_MAX_VALUE_BYTES) */
+	if (value_len > ZKS_MAX_VALUE_BYTES)
+		value_len = ZKS_MAX_VALUE_BYTES;
 	if (rc == ZOK && value != NULL && value_len > 0)
 	{
 		req->value = malloc(value_len);

@@ -123,7 +123,10 @@ read_records(Search *s)
 	gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
 	PG_TRY();
 	{
-		for (int i = 0; i < n; i++)
+		int64		kept = 0;
+
+		/* READ_WINDOW reads in flight, the next sent as each is read */
+		for (int i = 0; i < n && i < READ_WINDOW; i++)
 			gets[i] = zks_send_get(psprintf("%s/%s", parent, names[i]));
 		for (int i = 0; i < n; i++)
 		{
@@ -133,6 +136,10 @@ read_records(Search *s)
 			int			len;
 			char	   *end;
 
+			if (i + READ_WINDOW < n)
+				gets[i + READ_WINDOW] =
+					zks_send_get(psprintf("%s/%s", parent,
+										  names[i + READ_WINDOW]));
 			rc = zks_wait(gets[i], s->deadline);
 			if (rc == ZKS_NONODE)
 				continue;		/* its wait ended meanwhile */
@@ -143,10 +150,21 @@ read_records(Search *s)
 			}
 			zks_get_stat(gets[i], &st);
 			data = zks_get_data(gets[i], &len);
+			zks_done(gets[i]);
+			gets[i] = NULL;
 			rec->session = (int64) strtoull(names[i], &end, 16);
 			if (*end != '\0' || rec->session != st.ephemeral_owner ||
 				!zkw_parse_record(data, len, &rec->r))
+			{
+				pfree(data);
 				continue;		/* not a record of ours */
+			}
+			kept += len;
+			if (kept > MAX_SEARCH_BYTES)
+			{
+				s->failed = true;
+				break;
+			}
 			rec->czxid = st.czxid;
 			rec->version = st.version;
 			rec->path = psprintf("%s/%s", parent, names[i]);

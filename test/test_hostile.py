@@ -464,6 +464,54 @@ def test_huge_foreign_owner_data(ctx):
         assert_no_crash(ctx, [b])
 
 
+def vm_hwm_kb(pid):
+    """A process's peak resident memory (VmHWM), in kB."""
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith('VmHWM:'):
+                return int(line.split()[1])
+    raise AssertionError('no VmHWM for pid %d' % pid)
+
+
+def test_huge_wait_records_are_bounded(ctx):
+    """40 foreign nodes of 1 MB each under <root>/%waits, where the
+    deadlock search reads every wait record: a waiter that searches
+    (deadlock_timeout 100 ms, a 3 s wait that times out with 55P03) keeps
+    its peak memory within 20 MB of what it was.  1.5 sent every read at
+    once and kept a copy of each reply (and a second of each it read),
+    about 80 MB; now at most 64 reads are in flight and a reply is kept
+    only up to 64 kB (src/deadlock_int.h, src/session.h)."""
+    waits = ctx.root.rstrip('/') + '/%waits'
+    ctx.kz.ensure_path(waits)
+    blob = b'x' * 1000000
+    made = []
+    res = 'hostile-records/huge'
+    try:
+        for i in range(40):
+            path = '%s/%016x' % (waits, 0x7a00000000000000 + i)
+            ctx.kz.create(path, blob)
+            made.append(path)
+        h = ctx.backend('hostile-rec-h')
+        w = ctx.backend('hostile-rec-w')
+        h.query('BEGIN')
+        assert h.scalar(TRY_X, [res]) is True
+        w.query("SET deadlock_timeout = '100ms'")
+        w.query('SELECT 1')
+        before = vm_hwm_kb(w.pid)
+        expect_sqlstate(w.submit(LOCK_X, [res, '3 seconds']), '55P03', 60,
+                        'the wait beside 40 MB of foreign records')
+        grown = vm_hwm_kb(w.pid) - before
+        ctx.figure('peak memory growth of a waiter searching 40 foreign '
+                   '1 MB records', grown, 'kB')
+        assert grown < 20 * 1024, 'peak grew %d kB' % grown
+        h.query('COMMIT')
+        assert_no_crash(ctx, [h, w])
+    finally:
+        for path in made:
+            ctx.kz.delete(path)
+    # (the suite's ZooKeeper has a 256 MB heap: 100 such nodes exhaust it)
+
+
 def test_ephemeral_lock_parent(ctx):
     """A lock parent (or an ancestor) that another client created as an
     ephemeral node cannot have children: the lock fails at once with
