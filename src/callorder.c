@@ -50,6 +50,19 @@
  * Whichever zklock callback runs first at PRE_COMMIT or PRE_PREPARE does
  * the check; the others see it done for this commit and do nothing.
  *
+ * A procedure's COMMIT (or ROLLBACK) ends its transaction inside the
+ * CALL's portal: ActivePortal is set during that walk.  If a callback
+ * behind zklock's ran a statement there (another extension's PRE_COMMIT
+ * callback using SPI), zklock's executor hooks would move its callback
+ * mid-walk and free the list item the walk is about to read.  So once a
+ * zklock callback has run at this PRE_COMMIT or PRE_PREPARE (the check is
+ * marked done), zklock only adds guards until the transaction ends.  A
+ * walk that has not reached a zklock callback yet means a callback ahead
+ * of zklock's runs: one registered after zklock last came first with no
+ * statement or function begun since, which the paragraph "What stays out
+ * of reach" below already names; zklock's order is lost to it either way.
+ * Deferred triggers fire before the walk, so their statements still move.
+ *
  * No guard outlives its transaction.  Every move drops all guards first
  * (they are redundant once the main callback is the head), so every guard
  * alive was registered after the main callback's latest registration and
@@ -175,7 +188,12 @@ zkl_callbacks_first(void)
 {
 	if (!zkl_have_locks())
 		return;
-	if (ActivePortal != NULL)
+	/*
+	 * Never move once a zklock callback has run at this PRE_COMMIT (or
+	 * PRE_PREPARE): a walk is under way then, even inside a portal (see
+	 * "A procedure's COMMIT" above).
+	 */
+	if (ActivePortal != NULL && !checked)
 	{
 		drop_guards();
 		UnregisterXactCallback(zkl_xact_callback, NULL);

@@ -41,7 +41,18 @@ zks_hosts_chroot(const char *hosts)
 
 /*
  * The first host of the connect string that does not resolve (palloc'd),
- * or NULL if every one does.  Entries are "host:port" or "[v6addr]:port",
+ * or NULL if every one does.
+ *
+ * Called only after zookeeper_init failed to resolve the hosts, to name
+ * the one at fault.  getaddrinfo cannot be interrupted (no cancel, no
+ * statement_timeout while it runs), as libpq's own name lookup in
+ * postgres_fdw or dblink cannot: it is bounded by the resolver's timeouts
+ * (resolv.conf: timeout x attempts per name server, 5 s x 2 by default),
+ * which zookeeper_init has just spent on the same names in this same
+ * thread, and it stops at the first host that fails, which is the one
+ * zookeeper_init gave up on.  So the error path at most doubles a wait the
+ * call could not avoid, and adds no wait of its own when the failure was
+ * quick (NXDOMAIN: no such name).  Entries are "host:port" or "[v6addr]:port",
  * separated by commas, as libzookeeper reads them.
  */
 char *

@@ -25,6 +25,21 @@
  * reference cache (the entry was referenced when the lock was taken), and
  * counts in the totals only if the row has been evicted meanwhile.
  *
+ * Whether that path can allocate (issue 37 asked): it can, in two narrow
+ * cases, and an allocation fails only when the backend is out of memory.
+ * (1) A name that must be converted to UTF-8 in a database of another
+ * encoding is converted into a new string (stats.c's count, on every
+ * major).  (2) PostgreSQL's lookup of the entry inserts the key into the
+ * backend's reference cache; that allocates only on a miss, which needs
+ * the row evicted by another backend and this backend's reference
+ * collected since the lock was taken (pgstat_gc_entry_refs).  An ERROR
+ * there, in a COMMIT callback, would abort a committed transaction
+ * (PANIC with a transaction id).  The figures are worth less than that
+ * risk is small: both allocations are a few dozen bytes, and an
+ * out-of-memory at that instant would as likely strike PostgreSQL's own
+ * commit processing (AtEOXact_* free and allocate too).  Left as it is,
+ * and said here so that nothing larger is ever added to this path.
+ *
  * Rows are dropped (reset, eviction) only by pgstat_drop_matching_entries,
  * which skips entries already dropped under the hash partition's lock:
  * two backends evicting the same row at once cannot make
