@@ -5,7 +5,10 @@
 LOAD 'zklock';
 SHOW zklock.root;
 SHOW zklock.connect_timeout;
-SELECT name, context, unit FROM pg_settings WHERE name LIKE 'zklock.%' ORDER BY name;
+-- (the server-start settings exist only where zklock is preloaded: left
+-- out, so that the suite passes on a server configured either way)
+SELECT name, context, unit FROM pg_settings
+  WHERE name LIKE 'zklock.%' AND context <> 'postmaster' ORDER BY name;
 
 -- the prefix is reserved
 SET zklock.no_such_setting = 1;

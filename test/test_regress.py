@@ -1,6 +1,10 @@
 """
 pg_regress: the single-session SQL suites (sql/<name>.sql,
-expected/<name>.out), against the suite's main cluster and ZooKeeper.
+expected/<name>.out), against the suite's main cluster and ZooKeeper, and
+again against a cluster that preloads zklock (shared_preload_libraries,
+as README's Monitoring section configures a server for the statistics):
+`make installcheck` must pass on a server configured either way (issue
+42: zklock_guc listed the server-start settings only where preloaded).
 
 Each test that `make -s regress-list` names (the Makefile's REGRESS) is
 one test here, test_pg_regress[<name>].  One pg_regress run (--use-existing,
@@ -96,20 +100,41 @@ class RegressRun:
         self.outdir = None
 
 
+@pytest.fixture(scope='module', params=['plain', 'preloaded'])
+def regress_cluster(request, pg, zk, workdir):
+    """The suite's main cluster, then one of this module's own that
+    preloads zklock (same ensemble and root)."""
+    if request.param == 'plain':
+        yield pg
+        return
+    cluster = harness.PgCluster('regress-pre', {
+        'shared_preload_libraries': 'zklock',
+        'zklock.hosts': zk.connect_string,
+        'zklock.root': pg.extra_conf['zklock.root'],
+        'zklock.session_timeout': pg.extra_conf['zklock.session_timeout'],
+    }, base_dir=workdir).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture(scope='module')
-def regress_run(request, pg, workdir):
+def regress_run(request, regress_cluster, workdir):
     """One pg_regress run over the tests of this module that were
-    selected (-k, --lf): a RegressRun."""
+    selected (-k, --lf) on one cluster: a RegressRun."""
+    pg = regress_cluster
     names = [item.callspec.params['name'] for item in request.session.items
              if getattr(item, 'module', None) is request.module
              and 'name' in getattr(getattr(item, 'callspec', None),
                                    'params', {})
              and item.callspec.params['name'] != NO_LIST]
+    names = list(dict.fromkeys(names))     # once each, whatever the cluster
     run = RegressRun()
     if not names:                       # only the failing NO_LIST test
         yield run
         return
-    run.outdir = os.path.join(workdir, 'regress')
+    run.outdir = os.path.join(workdir, 'regress-' + pg.name)
     os.makedirs(run.outdir, exist_ok=True)
     create_regress_db(pg)
     cmd = [harness.PG_REGRESS, '--use-existing', '--host=127.0.0.1',
