@@ -157,12 +157,29 @@ holder_data(TimestampTz deadline)
 }
 
 /*
+ * Copy the n bytes at src into dst (dstlen bytes), cut to fit, with
+ * anything but printable ASCII as '?'.  The fields of an owner line come
+ * from another client's node: a newline would forge a log line, an
+ * escape sequence would drive the terminal of whoever reads the log.
+ * PostgreSQL cleans its own application_name the same way.
+ */
+static void
+copy_printable(char *dst, size_t dstlen, const char *src, size_t n)
+{
+	if (n >= dstlen)
+		n = dstlen - 1;
+	for (size_t i = 0; i < n; i++)
+		dst[i] = (src[i] >= 32 && src[i] < 127) ? src[i] : '?';
+	dst[n] = '\0';
+}
+
+/*
  * Split an owner line ("zklock host=H port=P sysid=S pid=N ...
- * application_name=A").  The application name is the rest of the line
- * (it may hold spaces); it comes from another client's node, so it is cut
- * at NAMEDATALEN and anything but printable ASCII becomes '?' before it
- * reaches the server log (PostgreSQL cleans its own application_name the
- * same way), and a line without one (an older zklock) gives "".
+ * application_name=A").  The host is the word after "host=", the
+ * application name the rest of the line (it may hold spaces), cut at
+ * NAMEDATALEN; both are cleaned by copy_printable before they reach the
+ * server log, and a line without an application name (an older zklock)
+ * gives "".
  */
 static bool
 parse_owner_line(const char *data, char *host, size_t hostlen,
@@ -170,28 +187,18 @@ parse_owner_line(const char *data, char *host, size_t hostlen,
 {
 	const char *h;
 	const char *a;
-	size_t		n;
 
 	if (data == NULL || !zkd_parse_owner(data, sysid, pid) ||
 		(h = strstr(data, " host=")) == NULL)
 		return false;
 	h += 6;
-	n = strcspn(h, " ");
-	if (n >= hostlen)
-		n = hostlen - 1;
-	memcpy(host, h, n);
-	host[n] = '\0';
+	copy_printable(host, hostlen, h, strcspn(h, " "));
 
 	app[0] = '\0';
 	if ((a = strstr(data, " application_name=")) != NULL)
 	{
 		a += 18;
-		n = strcspn(a, "\n");
-		if (n >= applen)
-			n = applen - 1;
-		for (size_t i = 0; i < n; i++)
-			app[i] = (a[i] >= 32 && a[i] < 127) ? a[i] : '?';
-		app[n] = '\0';
+		copy_printable(app, applen, a, strcspn(a, "\n"));
 	}
 	return true;
 }
