@@ -411,11 +411,12 @@ def test_update_1_4_to_1_5_keeps_grants(ctx):
     fresh = None
     try:
         before = upd.scalar(acl, ['zk_status()'])
-        upd.query('ALTER EXTENSION zklock UPDATE')
+        upd.query("ALTER EXTENSION zklock UPDATE TO '1.5'")
         assert upd.scalar("SELECT extversion FROM pg_extension "
                           "WHERE extname = 'zklock'") == '1.5'
         assert upd.scalar(acl, ['zk_status()']) == before
-        pg.psql('CREATE EXTENSION zklock', dbname='zklock_fresh15')
+        pg.psql("CREATE EXTENSION zklock VERSION '1.5'",
+                dbname='zklock_fresh15')
         fresh = ctx.backend('st-fresh', cluster=pg, dbname='zklock_fresh15')
         assert upd.query(q) == fresh.query(q)
         assert upd.query(views) == fresh.query(views)
