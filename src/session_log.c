@@ -40,6 +40,7 @@
 
 #include <zookeeper.h>
 
+#include "printable.h"
 #include "session.h"
 #include "session_int.h"
 
@@ -80,17 +81,6 @@ static volatile int log_level = ZKS_LOG_ERROR;
  * libzookeeper).  Nothing of PostgreSQL; only zksl_mutex.
  * ----------------------------------------------------------------
  */
-
-/* Copy n bytes, anything but printable ASCII as '?', NUL-terminated. */
-static void
-copy_clean(char *dst, size_t dstlen, const char *src, size_t n)
-{
-	if (n >= dstlen)
-		n = dstlen - 1;
-	for (size_t i = 0; i < n; i++)
-		dst[i] = (src[i] >= 32 && src[i] < 127) ? src[i] : '?';
-	dst[n] = '\0';
-}
 
 /*
  * One line as log_message formats it: "<time>:<pid>(0x<tid>):ZOO_<LEVEL>@
@@ -137,7 +127,7 @@ admit_locked(const char *msg, size_t len)
 		{
 			/* "2026-11-26 20:10:19,371" */
 			if (at - msg > 23 && msg[4] == '-' && msg[10] == ' ')
-				copy_clean(line->time, sizeof(line->time), msg, 23);
+				zk_copy_printable(line->time, sizeof(line->time), msg, 23);
 			level = tags[i].level;
 			text = at + strlen(tags[i].tag);
 			break;
@@ -145,7 +135,7 @@ admit_locked(const char *msg, size_t len)
 	}
 	line->level = level;
 	line->session_id = current_session;
-	copy_clean(line->text, sizeof(line->text), text, len - (text - msg));
+	zk_copy_printable(line->text, sizeof(line->text), text, len - (text - msg));
 }
 
 /* The handle's log callback (zookeeper_init2). */

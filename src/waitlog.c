@@ -27,6 +27,7 @@
 #include "utils/timestamp.h"
 
 #include "deadlock.h"
+#include "printable.h"
 #include "session.h"
 #include "stats.h"
 #include "waitlog.h"
@@ -157,29 +158,12 @@ holder_data(TimestampTz deadline)
 }
 
 /*
- * Copy the n bytes at src into dst (dstlen bytes), cut to fit, with
- * anything but printable ASCII as '?'.  The fields of an owner line come
- * from another client's node: a newline would forge a log line, an
- * escape sequence would drive the terminal of whoever reads the log.
- * PostgreSQL cleans its own application_name the same way.
- */
-static void
-copy_printable(char *dst, size_t dstlen, const char *src, size_t n)
-{
-	if (n >= dstlen)
-		n = dstlen - 1;
-	for (size_t i = 0; i < n; i++)
-		dst[i] = (src[i] >= 32 && src[i] < 127) ? src[i] : '?';
-	dst[n] = '\0';
-}
-
-/*
  * Split an owner line ("zklock host=H port=P sysid=S pid=N ...
  * application_name=A").  The host is the word after "host=", the
  * application name the rest of the line (it may hold spaces), cut at
- * NAMEDATALEN; both are cleaned by copy_printable before they reach the
- * server log, and a line without an application name (an older zklock)
- * gives "".
+ * NAMEDATALEN; both come from another client's node and are cleaned
+ * (printable.h) before they reach the server log.  A line without an
+ * application name (an older zklock) gives "".
  */
 static bool
 parse_owner_line(const char *data, char *host, size_t hostlen,
@@ -192,13 +176,13 @@ parse_owner_line(const char *data, char *host, size_t hostlen,
 		(h = strstr(data, " host=")) == NULL)
 		return false;
 	h += 6;
-	copy_printable(host, hostlen, h, strcspn(h, " "));
+	zk_copy_printable(host, hostlen, h, strcspn(h, " "));
 
 	app[0] = '\0';
 	if ((a = strstr(data, " application_name=")) != NULL)
 	{
 		a += 18;
-		copy_printable(app, applen, a, strcspn(a, "\n"));
+		zk_copy_printable(app, applen, a, strcspn(a, "\n"));
 	}
 	return true;
 }
