@@ -87,6 +87,7 @@ static volatile int log_level = ZKS_LOG_ERROR;
  * <function>@<line>: <message>".  The time, pid and thread are
  * PostgreSQL's prefix's business; the time is kept for the DETAIL (the
  * line may be written later).  A line of another shape is kept whole.
+ * msg is NUL-terminated, len its length.  Called with zksl_mutex held.
  */
 static void
 admit_locked(const char *msg, size_t len)
@@ -121,9 +122,9 @@ admit_locked(const char *msg, size_t len)
 	line->time[0] = '\0';
 	for (int i = 0; i < lengthof(tags); i++)
 	{
-		const char *at = strstr(msg, tags[i].tag);
+		const char *at = strstr(msg, tags[i].tag);	/* msg is terminated */
 
-		if (at != NULL && at < msg + len)
+		if (at != NULL)
 		{
 			/* "2026-11-26 20:10:19,371" */
 			if (at - msg > 23 && msg[4] == '-' && msg[10] == ' ')
@@ -149,11 +150,14 @@ zksl_callback(const char *message)
 
 /*
  * The library's log stream, for the lines it logs without a handle (and
- * so without its callback): every write is one or more whole lines.
+ * so without its callback): every write is one or more whole lines, not
+ * NUL-terminated.  Each is parsed from a terminated copy, cut to what a
+ * ring entry keeps (the level tag comes within its first 60 bytes).
  */
 static ssize_t
 stream_write(void *cookie, const char *buf, size_t size)
 {
+	char		piece[ZKSL_TIME + ZKSL_TEXT + 64];
 	size_t		start = 0;
 
 	pthread_mutex_lock(&zksl_mutex);
@@ -161,8 +165,14 @@ stream_write(void *cookie, const char *buf, size_t size)
 	{
 		if (i == size || buf[i] == '\n')
 		{
-			if (i > start)
-				admit_locked(buf + start, i - start);
+			size_t		n = Min(i - start, sizeof(piece) - 1);
+
+			if (n > 0)
+			{
+				memcpy(piece, buf + start, n);
+				piece[n] = '\0';
+				admit_locked(piece, n);
+			}
 			start = i + 1;
 		}
 	}
