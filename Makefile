@@ -5,7 +5,7 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" zklock.control)
 MODULE_big = zklock
 OBJS = src/zklock.o src/guccheck.o src/auth.o src/session.o src/session_request.o \
 	src/session_cleanup.o src/session_watch.o src/session_nudge.o src/session_wait.o src/session_threads.o \
-	src/session_hosts.o src/session_expiry.o src/session_status.o \
+	src/session_hosts.o src/session_expiry.o src/session_status.o src/session_log.o \
 	src/recipe.o src/waitgraph.o \
 	src/acquire.o src/parents.o src/commitcheck.o src/semaphore.o src/lockset.o \
 	src/locktable.o src/lostreason.o src/lockrequest.o src/callorder.o src/lookonly.o \

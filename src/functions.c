@@ -594,8 +594,8 @@ zk_status(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	ZksStatus	st;
 	ZklCounters c;
-	Datum		values[10];
-	bool		nulls[10] = {0};
+	Datum		values[12];
+	bool		nulls[12] = {0};
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -629,5 +629,11 @@ zk_status(PG_FUNCTION_ARGS)
 	/* 1.3's zk_status() has no nudges column: the library may be newer */
 	if (tupdesc->natts > 9)
 		values[9] = Int64GetDatum((int64) st.nudges);
+	/* nor has 1.5's the counts of libzookeeper's log lines */
+	if (tupdesc->natts > 11)
+	{
+		values[10] = Int64GetDatum((int64) st.log_lines);
+		values[11] = Int64GetDatum((int64) st.log_suppressed);
+	}
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -134,6 +134,7 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 	{
 		zk_state = state;
 		state_counter++;
+		zksl_session_event_locked(h, state);
 		zkw_session_event_locked();
 		zkx_session_event_locked(h, state, &zks_unreachable_at);
 		if (state == ZOO_CONNECTED_STATE)
@@ -219,6 +220,8 @@ close_handle(void)
 	zh_hosts = NULL;
 	forget_auth();
 	zh_had_session = false;
+	/* what the library logged until its threads ended, and its count */
+	zksl_handle_closed();
 }
 
 const struct ACL_vector *
@@ -340,7 +343,8 @@ open_handle(void)
 		auth_acl.count = 2;
 	}
 
-	zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+	/* libzookeeper's lines go to the server log (session_log.c) */
+	zksl_handle_opening();
 
 	zh_hosts = strdup(zklock_hosts);
 	if (zh_hosts == NULL)
@@ -373,7 +377,8 @@ open_handle(void)
 				(void) pthread_setattr_default_np(&small);
 			pthread_attr_destroy(&small);
 		}
-		h = zookeeper_init(zh_hosts, session_watcher, zh_timeout, NULL, NULL, 0);
+		h = zookeeper_init2(zh_hosts, session_watcher, zh_timeout, NULL, NULL,
+							0, zksl_callback);
 		save_errno = errno;
 		if (have_saved)
 		{
@@ -553,6 +558,9 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 	TimestampTz deadline;
 	bool		limited = false;
 	int			st = zks_current_state();
+
+	/* what libzookeeper logged while the backend was idle */
+	zks_log_drain();
 
 	/* never on a setting that fell back to a value nobody configured */
 	zkg_refuse_unconfigured();

@@ -298,6 +298,25 @@ typedef enum ZksActivity
 
 extern ZksActivity zks_set_activity(ZksActivity a);
 
+/*
+ * libzookeeper's own log lines (session_log.c): the level it logs at
+ * (zklock.zookeeper_log_level; the values are libzookeeper's), writing
+ * what it logged into the server log at a safe point of the backend, and
+ * how many lines came and how many the rate limit suppressed.
+ */
+typedef enum ZksLogLevel
+{
+	ZKS_LOG_OFF = 0,
+	ZKS_LOG_ERROR,
+	ZKS_LOG_WARN,
+	ZKS_LOG_INFO,
+	ZKS_LOG_DEBUG
+} ZksLogLevel;
+
+extern void zks_log_set_level(int level);
+extern void zks_log_drain(void);
+extern void zks_log_counts(uint64 *received, uint64 *suppressed);
+
 /* For zk_status(). */
 typedef struct ZksStatus
 {
@@ -308,6 +327,8 @@ typedef struct ZksStatus
 	char		server[64];		/* host:port connected to, or "" */
 	uint64		reconnects;
 	uint64		nudges;			/* reply nudges sent (session_nudge.c) */
+	uint64		log_lines;		/* libzookeeper's lines (session_log.c) */
+	uint64		log_suppressed; /* ... of them not written */
 } ZksStatus;
 
 extern void zks_get_status(ZksStatus *status);

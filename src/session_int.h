@@ -155,6 +155,16 @@ extern char *zh_hosts;
 /* session_status.c: zk_state, read under zks_mutex */
 extern int	zks_current_state(void);
 
+/*
+ * session_log.c: libzookeeper's log lines.  zksl_callback is the handle's
+ * log callback (any thread); zksl_session_event_locked from the session
+ * watcher; the other two from open_handle and close_handle.
+ */
+extern void zksl_callback(const char *message);
+extern void zksl_session_event_locked(zhandle_t *h, int state);
+extern void zksl_handle_opening(void);
+extern void zksl_handle_closed(void);
+
 /* session_watch.c, from the session watcher and close_handle */
 extern void zkw_node_event_locked(int type, const char *path);
 extern void zkw_session_event_locked(void);

@@ -140,7 +140,10 @@ zks_get_status(ZksStatus *status)
 {
 	int			st = zks_current_state();
 
+	/* what zk_status() counts is written first */
+	zks_log_drain();
 	memset(status, 0, sizeof(ZksStatus));
+	zks_log_counts(&status->log_lines, &status->log_suppressed);
 	pthread_mutex_lock(&zks_mutex);
 	status->reconnects = zks_reconnects;
 	pthread_mutex_unlock(&zks_mutex);

@@ -100,6 +100,8 @@ zks_sleep_on_latch(TimestampTz deadline, ZksWaitKind kind)
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 timeout, wait_event_for(kind));
 	ResetLatch(MyLatch);
+	/* what libzookeeper logged meanwhile (an outage: its retries) */
+	zks_log_drain();
 	CHECK_FOR_INTERRUPTS();
 }
 

@@ -27,6 +27,7 @@
 #include "utils/timestamp.h"
 
 #include "deadlock.h"
+#include "printable.h"
 #include "session.h"
 #include "stats.h"
 #include "waitlog.h"
@@ -158,11 +159,11 @@ holder_data(TimestampTz deadline)
 
 /*
  * Split an owner line ("zklock host=H port=P sysid=S pid=N ...
- * application_name=A").  The application name is the rest of the line
- * (it may hold spaces); it comes from another client's node, so it is cut
- * at NAMEDATALEN and anything but printable ASCII becomes '?' before it
- * reaches the server log (PostgreSQL cleans its own application_name the
- * same way), and a line without one (an older zklock) gives "".
+ * application_name=A").  The host is the word after "host=", the
+ * application name the rest of the line (it may hold spaces), cut at
+ * NAMEDATALEN; both come from another client's node and are cleaned
+ * (printable.h) before they reach the server log.  A line without an
+ * application name (an older zklock) gives "".
  */
 static bool
 parse_owner_line(const char *data, char *host, size_t hostlen,
@@ -170,28 +171,18 @@ parse_owner_line(const char *data, char *host, size_t hostlen,
 {
 	const char *h;
 	const char *a;
-	size_t		n;
 
 	if (data == NULL || !zkd_parse_owner(data, sysid, pid) ||
 		(h = strstr(data, " host=")) == NULL)
 		return false;
 	h += 6;
-	n = strcspn(h, " ");
-	if (n >= hostlen)
-		n = hostlen - 1;
-	memcpy(host, h, n);
-	host[n] = '\0';
+	zk_copy_printable(host, hostlen, h, strcspn(h, " "));
 
 	app[0] = '\0';
 	if ((a = strstr(data, " application_name=")) != NULL)
 	{
 		a += 18;
-		n = strcspn(a, "\n");
-		if (n >= applen)
-			n = applen - 1;
-		for (size_t i = 0; i < n; i++)
-			app[i] = (a[i] >= 32 && a[i] < 127) ? a[i] : '?';
-		app[n] = '\0';
+		zk_copy_printable(app, applen, a, strcspn(a, "\n"));
 	}
 	return true;
 }

@@ -48,6 +48,24 @@ int			zklock_protocol = ZKR_PROTOCOL_CURATOR_RW;
 char	   *zklock_auth_file = NULL;
 int			zklock_reply_nudge_delay = 20;
 bool		zklock_session_locks = true;
+static int	zklock_zookeeper_log_level = ZKS_LOG_ERROR;
+
+/* libzookeeper's levels; "warn" is its own word for "warning" */
+static const struct config_enum_entry zookeeper_log_level_options[] = {
+	{"off", ZKS_LOG_OFF, false},
+	{"error", ZKS_LOG_ERROR, false},
+	{"warning", ZKS_LOG_WARN, false},
+	{"warn", ZKS_LOG_WARN, true},
+	{"info", ZKS_LOG_INFO, false},
+	{"debug", ZKS_LOG_DEBUG, false},
+	{NULL, 0, false}
+};
+
+static void
+assign_zookeeper_log_level(int newval, void *extra)
+{
+	zks_log_set_level(newval);
+}
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
@@ -257,6 +275,8 @@ zklock_executor_end(QueryDesc *queryDesc)
 	else
 		standard_ExecutorEnd(queryDesc);
 	zkl_callbacks_first();
+	/* what libzookeeper logged during the statement, or before it */
+	zks_log_drain();
 }
 
 /*
@@ -382,6 +402,20 @@ _PG_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
+
+	/*
+	 * Superuser-only: what the server log records is the administrator's
+	 * choice, and libzookeeper's debug lines name servers and paths.
+	 */
+	DefineCustomEnumVariable("zklock.zookeeper_log_level",
+							 "Sets which lines of the ZooKeeper client library reach the server log.",
+							 "off, error, warning, info or debug. The lines are written at level LOG, naming the ZooKeeper session; error and warning lines are limited to a few per connection to ZooKeeper, the rest counted in zk_status().",
+							 &zklock_zookeeper_log_level,
+							 ZKS_LOG_ERROR,
+							 zookeeper_log_level_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, assign_zookeeper_log_level, NULL);
 
 	zkst_init();
 

@@ -540,7 +540,8 @@ def test_status(ctx):
     token_of(b.submit(LOCK_X, ['status-a', '10 seconds']), 10)
     token_of(b.submit('SELECT zk_lock_shared(%s)', ['status-b']), 10)
     (state, sid, timeout, server, held, grants, waits, lost,
-     reconnects, nudges) = b.query('SELECT * FROM zk_status()')[0]
+     reconnects, nudges, log_lines, log_suppressed) = \
+        b.query('SELECT * FROM zk_status()')[0]
     assert state == 'connected'
     assert sid.startswith('0x') and int(sid, 16) == \
         ctx.zi.contenders('status-a')[0].session_id
@@ -549,6 +550,9 @@ def test_status(ctx):
     assert (held, grants, waits, lost) == (2, 2, 0, 0)
     # (nudges are counted exactly by test_proxy's test m)
     assert reconnects == 0 and isinstance(nudges, int), (reconnects, nudges)
+    # a healthy session: libzookeeper logged nothing at level error
+    # (test_outage counts an outage's lines)
+    assert (log_lines, log_suppressed) == (0, 0), (log_lines, log_suppressed)
     b.query('COMMIT')
     assert b.scalar('SELECT locks_held FROM zk_status()') == 0
 
@@ -626,4 +630,63 @@ def test_update_from_1_3_keeps_status_grants(ctx):
             fresh.close()
         for db in ('zklock_upd14', 'zklock_fresh14'):
             pg.psql('DROP DATABASE %s WITH (FORCE)' % db)
+        pg.psql('DROP ROLE %s' % role)
+
+
+def test_update_from_every_version_to_1_6(ctx):
+    """zklock 1.6 adds zookeeper_log_lines and zookeeper_log_suppressed to
+    zk_status(): ALTER EXTENSION zklock UPDATE from every released
+    version gives the functions of a fresh install, keeps the EXECUTE
+    grants given on zk_status(), and the new columns read; a 1.5
+    zk_status() keeps working on the new library until the update."""
+    pg = ctx.pg
+    role = 'zklock_status_viewer16'
+    pg.psql('DROP ROLE IF EXISTS %s' % role)
+    pg.psql('CREATE ROLE %s' % role)
+    q = ("SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid) "
+         "|| ' -> ' || pg_get_function_result(p.oid) FROM pg_proc p "
+         "JOIN pg_depend d ON d.objid = p.oid JOIN pg_extension e "
+         "ON e.oid = d.refobjid AND e.extname = 'zklock' ORDER BY 1")
+    acl = ("SELECT array_agg(coalesce(r.rolname, 'PUBLIC') || ':' || "
+           "a.is_grantable ORDER BY 1) FROM pg_proc p, aclexplode(p.proacl) a "
+           "LEFT JOIN pg_roles r ON r.oid = a.grantee "
+           "WHERE p.oid = 'zk_status()'::regprocedure "
+           "AND a.grantee <> p.proowner")
+    versions = ['1.0', '1.1', '1.2', '1.3', '1.4', '1.5']
+    fresh_db = 'zklock_fresh16'
+    dbs = {v: 'zklock_upd16_%s' % v.replace('.', '') for v in versions}
+    for db in [fresh_db] + list(dbs.values()):
+        pg.psql('DROP DATABASE IF EXISTS %s' % db)
+        pg.psql('CREATE DATABASE %s' % db)
+    backends = []
+    try:
+        pg.psql("CREATE EXTENSION zklock VERSION '1.6'", dbname=fresh_db)
+        fresh = ctx.backend('status-fresh16', dbname=fresh_db)
+        backends.append(fresh)
+        want = fresh.query(q)
+        for v in versions:
+            db = dbs[v]
+            pg.psql("CREATE EXTENSION zklock VERSION '%s'" % v, dbname=db)
+            pg.psql('GRANT EXECUTE ON FUNCTION zk_status() TO %s WITH '
+                    'GRANT OPTION' % role, dbname=db)
+            upd = ctx.backend('status-upd16', dbname=db)
+            backends.append(upd)
+            if v == '1.5':
+                assert len(upd.query('SELECT * FROM zk_status()')[0]) == 10
+            before = upd.scalar(acl)
+            upd.query('ALTER EXTENSION zklock UPDATE')
+            assert upd.scalar("SELECT extversion FROM pg_extension "
+                              "WHERE extname = 'zklock'") == '1.6', v
+            assert upd.query(q) == want, v
+            assert upd.scalar(acl) == before, v
+            upd.query('SET ROLE %s' % role)
+            row = upd.query('SELECT state, zookeeper_log_lines, '
+                            'zookeeper_log_suppressed FROM zk_status()')
+            assert row == [('none', 0, 0)], (v, row)
+            upd.query('RESET ROLE')
+    finally:
+        for b in backends:
+            b.close()
+        for db in [fresh_db] + list(dbs.values()):
+            pg.psql('DROP DATABASE IF EXISTS %s WITH (FORCE)' % db)
         pg.psql('DROP ROLE %s' % role)

@@ -351,3 +351,95 @@ def test_locks_readable_during_outage(ctx):
     assert a.scalar('SELECT count(*) FROM outage_read') == 0
     a.query('DROP TABLE outage_read')
     ctx.zi.wait_contenders(res, 0, timeout=ctx.session_timeout + 10)
+
+
+# What routes libzookeeper's own lines into the server log (issue 37,
+# point 8, with issue 42, point 5): at most this many a backend per
+# change of its connection (src/session_log.c's ZKSL_BURST)
+ZK_LINES_PER_CHANGE = 5
+OUTAGE_S = 20
+
+# a line the log_line_prefix '%m [%p] %q%a ' begins, then a routed line
+ROUTED = re.compile(
+    r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ \[(\d+)\] \S* ?LOG:  '
+    r'ZooKeeper client (error|warning|info|debug) in session '
+    r'(0x[0-9a-f]+): (.*)$')
+SUPPRESSED = re.compile(
+    r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ \[(\d+)\] \S* ?LOG:  '
+    r'(\d+) more lines? of the ZooKeeper client log (?:was|were) '
+    r'suppressed in session (0x[0-9a-f]+)$')
+
+
+def zk_log_counts(b):
+    """zk_status()'s counts of libzookeeper's lines (None before 1.6)."""
+    row = b.scalar('SELECT to_jsonb(s) FROM zk_status() s')
+    return (row.get('zookeeper_log_lines'),
+            row.get('zookeeper_log_suppressed'))
+
+
+def test_zookeeper_client_lines_in_the_server_log_bounded(ctx):
+    """A backend cut off from ZooKeeper for 20 s: libzookeeper's own
+    lines (a dozen a second as it tries to reconnect) reach the server
+    log in PostgreSQL's format (log_line_prefix, level LOG) naming the
+    session in hex, never raw on stderr ("ZOO_ERROR@..."); at most
+    ZK_LINES_PER_CHANGE of them for the outage, zk_status() counting
+    every line received and every line suppressed (rising through the
+    outage), and the backend's exit logs how many were suppressed."""
+    with Cut(ctx, 'zlog') as c:
+        b = c.backend('outage-zlog')
+        assert b.scalar('SELECT zk_try_lock_exclusive(%s)',
+                        ['outage-zlog']) is True
+        sid = b.scalar('SELECT session_id FROM zk_status()')
+        before = zk_log_counts(b)
+        off = ctx.pg.log_size()
+        c.cut()
+        t0 = time.monotonic()
+        samples = []
+        # the outage lasts OUTAGE_S whatever happens: a statement a
+        # second meanwhile is where the backend writes what it buffered
+        while time.monotonic() - t0 < OUTAGE_S:
+            samples.append((time.monotonic() - t0, zk_log_counts(b)))
+            time.sleep(1)
+        after = zk_log_counts(b)
+        text = ctx.pg.log_since(off)
+    raw = [line for line in text.splitlines() if 'ZOO_' in line]
+    assert not raw, 'libzookeeper wrote outside the log format:\n%s' \
+        % '\n'.join(raw[:10])
+    routed = [m.groups() for m in map(ROUTED.match, text.splitlines())
+              if m and int(m.group(1)) == b.pid]
+    assert routed, 'no ZooKeeper client line for the outage:\n%s' % text
+    assert all(r[2] == sid for r in routed), (sid, routed)
+    assert len(routed) <= ZK_LINES_PER_CHANGE, \
+        '%d lines logged for one outage:\n%s' % (len(routed), text)
+
+    assert None not in before + after, (before, after)
+    received = after[0] - before[0]
+    suppressed = after[1] - before[1]
+    assert received - suppressed == len(routed), (before, after, routed)
+    # still suppressing in the second half of the outage
+    mid = [s for t, s in samples if t >= OUTAGE_S / 2][0]
+    assert after[1] > mid[1], samples
+    ctx.figure('libzookeeper lines received, cut-off backend',
+               received / OUTAGE_S, 'lines/s', '%.1f')
+    ctx.figure('lines written to the server log, %d s outage' % OUTAGE_S,
+               len(routed), 'lines')
+    ctx.log('first routed line: %s' % [line for line in text.splitlines()
+                                       if ROUTED.match(line)][0])
+
+    # the backend's exit says how many it suppressed
+    off = ctx.pg.log_size()
+    pid = b.pid
+    b.close(timeout=10)
+    found = []
+
+    def summary():
+        found[:] = [m.groups() for m in map(SUPPRESSED.match,
+                                            ctx.pg.log_since(off).splitlines())
+                    if m and int(m.group(1)) == pid]
+        return found
+    harness.wait_until(summary, 15, 'the suppressed count at exit')
+    assert found[0][2] == sid, found
+    assert int(found[0][1]) >= suppressed, (found, suppressed)
+    ctx.log('at exit: %s more lines suppressed (%d received, %d suppressed '
+            'during the %d s outage)' % (found[0][1], received, suppressed,
+                                         OUTAGE_S))

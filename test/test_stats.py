@@ -350,6 +350,35 @@ def test_log_line_names_a_client_outside_postgresql(ctx):
               % (w.pid, res))
 
 
+def test_log_line_cleans_a_foreign_host_field(ctx):
+    """Another client's node names its host with a newline and terminal
+    escape sequences: the log line shows the host as printable ASCII
+    ('?' for the rest), as it does the application_name, so the node
+    cannot forge a log line or drive the terminal of whoever reads the
+    log (issue 37, point 6)."""
+    pg = ctx.shared.pg
+    res = 'st-log-host'
+    w = on(ctx, 'st-log-host-w')
+    data = (b'zklock host=evil\x1b[2J\x07\nLOG:\x7f\xc3\xa9x port=5432 '
+            b'sysid=1 pid=4242 db=d role=r application_name=a\x1b]0;t\x07')
+    path = ctx.kz.create(ctx.zi.parent_path(res) + '/_c_curator0-__WRIT__',
+                         data, sequence=True, makepath=True)
+    try:
+        off = pg.log_size()
+        f = w.submit(LOCK_X, [res, LONG])
+        log = log_after(pg, off, 'process %d still waiting for exclusive '
+                        'zklock on "%s"' % (w.pid, res))
+    finally:
+        ctx.kz.delete(path)
+    token_of(f, 10, 'waiter after the foreign holder went')
+    assert ('Held by process 4242 of the cluster with system identifier 1 '
+            'on host "evil?[2J??LOG:???x", application "a?]0;t?" (node "%s")'
+            % path) in log, log
+    assert '\x1b' not in log and '\x07' not in log and '\x7f' not in log
+    # no line of the log starts with the forged text
+    assert not any(line.startswith('LOG:') for line in log.splitlines()), log
+
+
 def test_update_1_4_to_1_5_keeps_grants(ctx):
     """ALTER EXTENSION zklock UPDATE from 1.4 adds the statistics (equal to
     a fresh install), keeps the grants on zk_status(), and the new objects
@@ -382,11 +411,12 @@ def test_update_1_4_to_1_5_keeps_grants(ctx):
     fresh = None
     try:
         before = upd.scalar(acl, ['zk_status()'])
-        upd.query('ALTER EXTENSION zklock UPDATE')
+        upd.query("ALTER EXTENSION zklock UPDATE TO '1.5'")
         assert upd.scalar("SELECT extversion FROM pg_extension "
                           "WHERE extname = 'zklock'") == '1.5'
         assert upd.scalar(acl, ['zk_status()']) == before
-        pg.psql('CREATE EXTENSION zklock', dbname='zklock_fresh15')
+        pg.psql("CREATE EXTENSION zklock VERSION '1.5'",
+                dbname='zklock_fresh15')
         fresh = ctx.backend('st-fresh', cluster=pg, dbname='zklock_fresh15')
         assert upd.query(q) == fresh.query(q)
         assert upd.query(views) == fresh.query(views)

@@ -111,6 +111,11 @@ def test_pg_upgrade_from_15_keeps_zklock(ctx):
             assert cur.fetchall() == [('nightly', 'exclusive')]
             cur.execute('SELECT state FROM zk_status()')
             assert cur.fetchone() == ('connected',)
+            # 1.6's counts of the ZooKeeper client's log lines come
+            # across (a healthy session: none at level error)
+            cur.execute('SELECT zookeeper_log_lines, zookeeper_log_suppressed'
+                        ' FROM zk_status()')
+            assert cur.fetchone() == (0, 0)
             cur.execute('COMMIT')
             cur.execute('RESET ROLE')
             cur.execute('SELECT version()')
