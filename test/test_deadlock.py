@@ -476,7 +476,8 @@ def colliding_backends(primary, standby, limit=500):
 
 
 def own_record(ctx, pid):
-    """(beat, blocked pids) of the wait record of backend pid, or None."""
+    """(beat, blocked pids) of the wait record of backend pid (on any
+    cluster: the tests that use it have one waiter), or None."""
     path = ctx.root + '/%waits'
     for name in (ctx.kz.get_children(path) if ctx.kz.exists(path) else []):
         try:
@@ -501,12 +502,14 @@ def test_standby_holder_with_a_colliding_pid_is_no_deadlock(ctx):
     standby; B on the primary, whose pid is H's, waits for W's row.  No
     cycle: H waits for nothing.  But W's record lists B's pid as waiting
     for W, and H's owner line named H by (system identifier, pid) alone,
-    the same as B's: the search took H for B and found H -> W -> H (40P01
-    0.58 s after B's wait began, the DETAIL saying the standby backend
-    waits for a PostgreSQL lock).  A backend is now named by its cluster
+    the same as B's: the search took H for B and found W -> H -> W (the build
+    before the fix: 40P01 1.04 s after B's wait began, the DETAIL saying
+    the standby backend waits for a PostgreSQL lock).  A backend is now named by its cluster
     instance too (the postmaster's start time): W publishes B, searches
     with it and goes on waiting; when H commits, W gets the lock and B
-    its row.
+    its row.  Then B itself holds a zklock that W waits for, while B
+    waits for W's row: that real cycle still ends in 40P01 for W, whose
+    DETAIL tells the members by their postmaster's start.
 
     Needs root (unshare --pid); the clusters are the primary and standby
     made here, in namespaces of their own."""
@@ -565,6 +568,28 @@ def test_standby_holder_with_a_colliding_pid_is_no_deadlock(ctx):
         w.query('COMMIT')
         fb.result(15)
         settle(ctx, [res])
+
+        # the real cycle with B itself (the primary's backend of that pid)
+        # as the holder is still found, H still connected on the standby
+        res2 = res + '-real'
+        b.query('BEGIN')
+        token_of(b.submit('SELECT zk_lock_exclusive(%s)', [res2]), 15,
+                 'B on the primary')
+        w.query('BEGIN')
+        w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 2')
+        fw = w.submit('SELECT zk_lock_exclusive(%s, %s::interval)',
+                      [res2, LONG])
+        ctx.zi.wait_contenders(res2, 2)
+        fb = row(b, 2)
+        e = expect_sqlstate(fw, '40P01', BOUND_S + 2,
+                            'W in a real cycle with B')
+        detail = e.diag.message_detail or ''
+        assert 'process %d of cluster' % b.pid in detail and \
+            'started at' in detail and 'PostgreSQL lock' in detail, detail
+        w.query('ROLLBACK')
+        fb.result(15)
+        b.query('COMMIT')
+        settle(ctx, [res2])
         for x in (b, h, w, mon):
             x.close()
     finally:
@@ -574,15 +599,8 @@ def test_standby_holder_with_a_colliding_pid_is_no_deadlock(ctx):
 
 def record_beat(ctx, pid):
     """The beat of the wait record of backend pid (None without one)."""
-    path = ctx.root + '/%waits'
-    for name in (ctx.kz.get_children(path) if ctx.kz.exists(path) else []):
-        try:
-            data = ctx.kz.get(path + '/' + name)[0].decode('utf-8', 'replace')
-        except Exception:
-            continue                    # gone meanwhile
-        if ' pid=%d ' % pid in data and ' beat=' in data:
-            return int(data.split(' beat=')[1].split(' ')[0])
-    return None
+    rec = own_record(ctx, pid)
+    return rec[0] if rec else None
 
 
 def semaphore_row_cycle(ctx, protocol):
