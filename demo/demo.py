@@ -183,8 +183,9 @@ def short_node(path):
 
 
 def short_owner(owner):
-    """zklock's owner line without the long cluster system identifier."""
-    return re.sub(r' sysid=\d+', '', owner or '')
+    """zklock's owner line without the long cluster system identifier
+    and postmaster start time."""
+    return re.sub(r' sysid=\d+( start=\d+)?', '', owner or '')
 
 
 # ---------------------------------------------------------------------------

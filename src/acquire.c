@@ -21,7 +21,6 @@
 
 #include <unistd.h>
 
-#include "access/xlog.h"
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "postmaster/postmaster.h"
@@ -52,6 +51,12 @@
  * operator (or zk_lock_queue) can tell who holds or waits.  Built once per
  * backend (catalog lookups, gethostname) and again only when the role or
  * application_name changes.
+ *
+ * "sysid=S start=T pid=P" is the backend's name for the deadlock search
+ * (zkd_self; zkw_parse_owner reads it): the postmaster's start time tells
+ * a standby's or a clone's backend from its original's with the same pid.
+ * It stands between the system identifier and the pid, where every
+ * zklock before it reads the pid still (" pid=" is looked for anywhere).
  */
 char *
 zka_owner_line(void)
@@ -63,6 +68,7 @@ zka_owner_line(void)
 	char		host[256];
 	const char *db;
 	const char *role;
+	ZkwBackend	me;
 
 	if (cached != NULL && cached_role == GetUserId() &&
 		strcmp(cached_app, app) == 0)
@@ -76,11 +82,14 @@ zka_owner_line(void)
 
 	{
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-		char	   *line = psprintf("zklock host=%s port=%d sysid=" UINT64_FORMAT " pid=%d db=%s role=%s application_name=%s",
-									host, PostPortNumber, GetSystemIdentifier(),
-									MyProcPid, db ? db : "?", role ? role : "?",
-									app);
-		char	   *app_copy = pstrdup(app);
+		char	   *line;
+		char	   *app_copy;
+
+		zkd_self(&me);
+		line = psprintf("zklock host=%s port=%d sysid=" UINT64_FORMAT " start=" UINT64_FORMAT " pid=%d db=%s role=%s application_name=%s",
+						host, PostPortNumber, me.sysid, me.start, me.pid,
+						db ? db : "?", role ? role : "?", app);
+		app_copy = pstrdup(app);
 
 		MemoryContextSwitchTo(old);
 		if (cached)

@@ -9,7 +9,9 @@
  * only sees its own queue.  zklock waiters make the rest visible.  One
  * that has waited deadlock_timeout (PostgreSQL's setting) publishes a
  * wait record: an ephemeral node <zklock.root>/%waits/<session id>, whose
- * data names its cluster, pid, mode, waiting node and resource ("%" never
+ * data names its backend (system identifier, postmaster start time and
+ * pid: a standby shares its primary's system identifier, see ZkwBackend in
+ * waitgraph.h), mode, waiting node and resource ("%" never
  * starts an encoded resource level, so no lock parent can be called
  * that).  Nobody watches these nodes, so publishing wakes nobody; the
  * record goes when the wait ends (or with the session, like every
@@ -36,7 +38,9 @@
  * cluster that wait in the lock manager for its waiter ("blocked=", found
  * by walking pg_blocking_pids backwards from our own pid), and a search
  * takes those edges from the records only, never from what its own
- * cluster alone shows.  Every edge of the graph is then either a queue
+ * cluster alone shows.  A holder is the head of such an edge only if its
+ * owner line names the record's very postmaster (zkw_same_backend), not
+ * just its system identifier.  Every edge of the graph is then either a queue
  * in ZooKeeper or a line of a record in ZooKeeper, and two searches that
  * read the same state of the ensemble build the same graph, wherever
  * they run.  A waiter looks at the lock manager every deadlock_timeout
@@ -98,7 +102,9 @@
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -110,6 +116,16 @@
 
 #define MAX_INTERVAL_FACTOR 8	/* re-search at most every 8 x deadlock_timeout */
 #define CONFIRM_NAP_MS	50		/* between a victim's confirming searches */
+
+void
+zkd_self(ZkwBackend *me)
+{
+	me->sysid = GetSystemIdentifier();
+	/* (set once by the postmaster, inherited by every backend) */
+	me->has_start = true;
+	me->start = (uint64) PgStartTime;
+	me->pid = MyProcPid;
+}
 
 void
 zkd_wait_begin(ZkdWait *w)
@@ -173,9 +189,17 @@ same_cycle(const Cycle *a, const Cycle *b)
 static void
 describe_member(StringInfo buf, const Member *m)
 {
-	if (m->known)
-		appendStringInfo(buf, _("process %d of cluster %llu"), m->pid,
-						 (unsigned long long) m->sysid);
+	/*
+	 * A standby and its primary share the system identifier: the start
+	 * time tells their members apart (names of 1.5 have none).
+	 */
+	if (m->known && m->who.has_start)
+		appendStringInfo(buf, _("process %d of cluster %llu started at %s"),
+						 m->who.pid, (unsigned long long) m->who.sysid,
+						 timestamptz_to_str((TimestampTz) m->who.start));
+	else if (m->known)
+		appendStringInfo(buf, _("process %d of cluster %llu"), m->who.pid,
+						 (unsigned long long) m->who.sysid);
 	else
 		appendStringInfo(buf, _("ZooKeeper session 0x%llx"),
 						 (unsigned long long) m->session);

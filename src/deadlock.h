@@ -64,9 +64,10 @@ extern void zkd_check(ZkdWait *w, const char *resource, const char *node,
 extern void zkd_wait_end(ZkdWait *w);
 
 /*
- * The system identifier and pid of a zklock node's owner line ("zklock
- * host=... sysid=N pid=P ..."); false for any other data.
+ * This backend's name in owner lines and wait records: system identifier,
+ * postmaster start time and pid (see ZkwBackend in waitgraph.h for why a
+ * standby or a clone never shares it).
  */
-extern bool zkd_parse_owner(const char *data, uint64 *sysid, int *pid);
+extern void zkd_self(ZkwBackend *me);
 
 #endif							/* ZKLOCK_DEADLOCK_H */

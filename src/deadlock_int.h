@@ -39,9 +39,8 @@ typedef struct Member
 	int64		session;
 	bool		has_record;		/* waits in zklock: it published */
 	int64		czxid;			/* its record's */
-	bool		known;			/* sysid and pid known */
-	uint64		sysid;
-	int			pid;
+	bool		known;			/* who known */
+	ZkwBackend	who;			/* its backend (record or owner line) */
 	ZkrMode		mode;			/* what it waits for (with a record) */
 	char	   *resource;
 	char	   *node;

@@ -43,6 +43,21 @@ zkw_blockers(const ZkrContender *c, const int64_t *owners, int n,
 	return k;
 }
 
+bool
+zkw_same_instance(const ZkwBackend *a, const ZkwBackend *b)
+{
+	/* a name of 1.5 meets only another of 1.5 (see waitgraph.h) */
+	if (a->sysid != b->sysid || a->has_start != b->has_start)
+		return false;
+	return !a->has_start || a->start == b->start;
+}
+
+bool
+zkw_same_backend(const ZkwBackend *a, const ZkwBackend *b)
+{
+	return a->pid == b->pid && zkw_same_instance(a, b);
+}
+
 #define RECORD_TAG "zklock-wait "
 
 size_t
@@ -65,10 +80,17 @@ zkw_format_record(const ZkwRecord *r, char *out, size_t outsize)
 	if (r->leases != NULL)
 		list_len += (size_t) snprintf(list + list_len, sizeof(list) - list_len,
 									  " leases=%zu:", r->leases_len);
-	head = snprintf(out, outsize,
-					RECORD_TAG "sysid=%llu pid=%d mode=%s node=%zu:",
-					(unsigned long long) r->sysid, r->pid,
-					zkr_mode_name(r->mode), r->node_len);
+	if (r->has_start)
+		head = snprintf(out, outsize,
+						RECORD_TAG "sysid=%llu start=%llu pid=%d mode=%s node=%zu:",
+						(unsigned long long) r->sysid,
+						(unsigned long long) r->start, r->pid,
+						zkr_mode_name(r->mode), r->node_len);
+	else
+		head = snprintf(out, outsize,
+						RECORD_TAG "sysid=%llu pid=%d mode=%s node=%zu:",
+						(unsigned long long) r->sysid, r->pid,
+						zkr_mode_name(r->mode), r->node_len);
 	if (head < 0 ||
 		(size_t) head + r->node_len + list_len + r->leases_len + 10 +
 		r->resource_len >= outsize)
@@ -150,6 +172,14 @@ zkw_parse_record(const char *data, size_t len, ZkwRecord *r)
 	if (!parse_number(&p, end, "sysid", &v) || !expect(&p, end, " "))
 		return false;
 	r->sysid = v;
+	/* (parse_number moves nothing unless the key is there) */
+	if (parse_number(&p, end, "start", &v))
+	{
+		if (!expect(&p, end, " "))
+			return false;
+		r->has_start = true;
+		r->start = v;
+	}
 	if (!parse_number(&p, end, "pid", &v) || v > 0x7FFFFFFF ||
 		!expect(&p, end, " mode="))
 		return false;
@@ -200,6 +230,41 @@ zkw_parse_record(const char *data, size_t len, ZkwRecord *r)
 		return false;
 	r->resource = p;
 	r->resource_len = (size_t) (end - p);
+	return true;
+}
+
+bool
+zkw_parse_owner(const char *data, ZkwBackend *b)
+{
+	const char *p;
+	const char *end;
+	unsigned long long v;
+
+	memset(b, 0, sizeof(ZkwBackend));
+	if (data == NULL || strncmp(data, "zklock ", 7) != 0 ||
+		(p = strstr(data, " sysid=")) == NULL)
+		return false;
+	end = p + strlen(p);
+	p++;
+	if (!parse_number(&p, end, "sysid", &v))
+		return false;
+	b->sysid = v;
+
+	/*
+	 * Every zklock has written "sysid=S pid=P" side by side, and now
+	 * "sysid=S start=T pid=P": the start time is looked for there only.
+	 */
+	if (expect(&p, end, " start="))
+	{
+		if (!parse_number(&p, end, NULL, &v))
+			return false;
+		b->has_start = true;
+		b->start = v;
+	}
+	if (!expect(&p, end, " ") || !parse_number(&p, end, "pid", &v) ||
+		v == 0 || v > 0x7FFFFFFF)
+		return false;
+	b->pid = (int) v;
 	return true;
 }
 

@@ -33,6 +33,65 @@ extern int	zkw_blockers(const ZkrContender *c, const int64_t *owners, int n,
 						 const char *self, ZkrMode mode, int64_t self_owner,
 						 int *out);
 
+/*
+ * A backend, as owner lines and wait records name it: a cluster instance
+ * (system identifier and postmaster start time) and a pid in it.
+ *
+ * The pid alone names a backend only inside one postmaster, and the
+ * system identifier alone does not name one postmaster: a hot standby,
+ * and any cluster made from a base backup or a copy of a data directory,
+ * has its original's.  Up to zklock 1.5 a backend was (system identifier,
+ * pid), so a standby's backend and one of its primary's with the same pid
+ * (a PID namespace each, as in containers, gives small colliding pids)
+ * were one backend to the deadlock search: a false 40P01 (issue 37).
+ *
+ * Why two live backends never share a name now.  In one postmaster two
+ * live backends have distinct pids (the kernel's, in the postmaster's PID
+ * namespace, where all its backends live).  Two postmasters with
+ * different system identifiers are different clusters: initdb draws it
+ * from the clock and its pid, so only a copy of a cluster has another's.
+ * Two postmasters of one system identifier (a primary and its standby,
+ * two clones, a cluster and itself restarted) each read their start time
+ * from their own clock as they start, in microseconds, and a copy's
+ * postmaster can only start once the copy exists: equal names would take
+ * two copies of one cluster whose postmasters read the same microsecond
+ * at start, which no deployment arranges (two postmasters started by one
+ * script on one host are forks and execs apart, far more than a
+ * microsecond).  The host name is no help: containers share or reuse it.
+ *
+ * Names written by zklock 1.5 and earlier have no start time
+ * (has_start false).  zkw_same_backend() matches such a name only with
+ * another one without a start time, by system identifier and pid as 1.5
+ * did; never with a newer name, which 1.5's could be the standby's twin
+ * of.  So a newer backend is never taken for an older one: no false
+ * cycle, at the cost of a cycle through a 1.5 backend and a newer one of
+ * the same cluster during a rolling upgrade, which ends by its timeout.
+ */
+typedef struct ZkwBackend
+{
+	uint64_t	sysid;			/* PostgreSQL cluster's system identifier */
+	bool		has_start;		/* false: named by zklock 1.5 or earlier */
+	uint64_t	start;			/* postmaster start (PgStartTime, in µs) */
+	int			pid;			/* backend pid */
+} ZkwBackend;
+
+/*
+ * Parse a zklock node's owner line, "zklock host=<h> port=<p>
+ * sysid=<u64>[ start=<u64>] pid=<int> db=... role=...
+ * application_name=..." (NUL-terminated): the owner's name.  The start
+ * time is read only where it follows the system identifier, so a
+ * database or application name that holds " start=" can give an owner
+ * line of 1.5 no start time.  Returns false for any other data (a
+ * Curator or kazoo node's, or a line without a positive pid).
+ */
+extern bool zkw_parse_owner(const char *data, ZkwBackend *b);
+
+/* Are a and b one backend (see ZkwBackend for names of 1.5)? */
+extern bool zkw_same_backend(const ZkwBackend *a, const ZkwBackend *b);
+
+/* Of one cluster instance (one postmaster): a and b, their pids aside? */
+extern bool zkw_same_instance(const ZkwBackend *a, const ZkwBackend *b);
+
 /* Backends of the waiter's cluster a record names as waiting for it. */
 #define ZKW_MAX_BLOCKED 64
 
@@ -40,6 +99,8 @@ extern int	zkw_blockers(const ZkrContender *c, const int64_t *owners, int n,
 typedef struct ZkwRecord
 {
 	uint64_t	sysid;			/* PostgreSQL cluster's system identifier */
+	bool		has_start;		/* start given (records after zklock 1.5) */
+	uint64_t	start;			/* its postmaster's start (see ZkwBackend) */
 	int			pid;			/* backend pid */
 	ZkrMode		mode;
 	const char *node;			/* full path of the waiting node */
@@ -51,7 +112,8 @@ typedef struct ZkwRecord
 	 * The backends of the same cluster that wait in PostgreSQL's lock
 	 * manager for this one, directly or through other backends that wait
 	 * there: the PostgreSQL-local edges into this waiter, which only a
-	 * backend of its own cluster can see (deadlock.c).
+	 * backend of its own cluster can see (deadlock.c).  Their pids are of
+	 * the waiter's postmaster: each is named by (sysid, start, pid).
 	 */
 	int			nblocked;
 	int			blocked[ZKW_MAX_BLOCKED];
@@ -75,11 +137,13 @@ typedef struct ZkwRecord
 
 /*
  * Format a record as its node's data:
- *	 "zklock-wait sysid=<u64> pid=<int> mode=<mode> node=<len>:<path>
- *	  beat=<u64> [blocked=<pid>,<pid>...] [leases=<len>:<path>]
- *	  resource=<text>"
- * (one line; the blocked list is left out when empty, the leases' parent
- * is there for mode semaphore only).  The resource
+ *	 "zklock-wait sysid=<u64> [start=<u64>] pid=<int> mode=<mode>
+ *	  node=<len>:<path> beat=<u64> [blocked=<pid>,<pid>...]
+ *	  [leases=<len>:<path>] resource=<text>"
+ * (one line; the start time is there if has_start, which every record
+ * after zklock 1.5 has: 1.5 refuses such a record whole, and a 1.5
+ * record, without it, still parses; the blocked list is left out when
+ * empty, the leases' parent is there for mode semaphore only).  The resource
  * comes last and runs to the end of the data (it may hold any byte).
  * Returns the length written (without NUL), or 0 if it does not fit in
  * outsize.

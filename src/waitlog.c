@@ -8,7 +8,8 @@
  *
  * A wait shorter than deadlock_timeout costs nothing but a timestamp.  At
  * the LOG time the holder's node is read once (its data is the owner line
- * zka_owner_line writes: host, system identifier, pid), bounded by the
+ * zka_owner_line writes: host, system identifier, postmaster start time,
+ * pid), bounded by the
  * call's deadline and one second; a node without such a line belongs to a
  * client outside PostgreSQL.  The wait loops wake at deadlock_timeout for
  * deadlock detection anyway, so logging adds no wake-up of its own.
@@ -19,7 +20,6 @@
  */
 #include "postgres.h"
 
-#include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/elog.h"
@@ -158,7 +158,7 @@ holder_data(TimestampTz deadline)
 }
 
 /*
- * Split an owner line ("zklock host=H port=P sysid=S pid=N ...
+ * Split an owner line ("zklock host=H port=P sysid=S start=T pid=N ...
  * application_name=A").  The host is the word after "host=", the
  * application name the rest of the line (it may hold spaces), cut at
  * NAMEDATALEN; both come from another client's node and are cleaned
@@ -167,12 +167,12 @@ holder_data(TimestampTz deadline)
  */
 static bool
 parse_owner_line(const char *data, char *host, size_t hostlen,
-				 char *app, size_t applen, uint64 *sysid, int *pid)
+				 char *app, size_t applen, ZkwBackend *who)
 {
 	const char *h;
 	const char *a;
 
-	if (data == NULL || !zkd_parse_owner(data, sysid, pid) ||
+	if (data == NULL || !zkw_parse_owner(data, who) ||
 		(h = strstr(data, " host=")) == NULL)
 		return false;
 	h += 6;
@@ -196,8 +196,8 @@ log_still_waiting(TimestampTz deadline)
 	char	   *data = NULL;
 	char		host[256];
 	char		app[NAMEDATALEN];
-	uint64		sysid = 0;
-	int			pid = 0;
+	ZkwBackend	who;
+	ZkwBackend	me;
 	int			ahead = w_ahead;
 
 	TimestampDifference(wait_start, GetCurrentTimestamp(), &secs, &usecs);
@@ -214,16 +214,23 @@ log_still_waiting(TimestampTz deadline)
 									  ahead, ahead)));
 	else if (data != NULL &&
 			 parse_owner_line(data, host, sizeof(host), app, sizeof(app),
-							  &sysid, &pid))
+							  &who))
 	{
-		if (sysid == GetSystemIdentifier())
+		/*
+		 * "This cluster" is this postmaster: a standby's holder has its
+		 * primary's system identifier.  A holder named by zklock 1.5 (no
+		 * start time) may be either, so it is logged with its system
+		 * identifier and host, which stay true.
+		 */
+		zkd_self(&me);
+		if (zkw_same_instance(&who, &me))
 			ereport(LOG,
 					(errmsg("process %d still waiting for %s after %ld.%03d ms",
 							MyProcPid, what, secs * 1000 + usecs / 1000,
 							usecs % 1000),
 					 errdetail_log_plural("Held by process %d of this cluster, application \"%s\" (node \"%s\"); %d contender is queued ahead of this one.",
 										  "Held by process %d of this cluster, application \"%s\" (node \"%s\"); %d contenders are queued ahead of this one.",
-										  ahead, pid, app, w_holder, ahead)));
+										  ahead, who.pid, app, w_holder, ahead)));
 		else
 			ereport(LOG,
 					(errmsg("process %d still waiting for %s after %ld.%03d ms",
@@ -231,8 +238,8 @@ log_still_waiting(TimestampTz deadline)
 							usecs % 1000),
 					 errdetail_log_plural("Held by process %d of the cluster with system identifier %llu on host \"%s\", application \"%s\" (node \"%s\"); %d contender is queued ahead of this one.",
 										  "Held by process %d of the cluster with system identifier %llu on host \"%s\", application \"%s\" (node \"%s\"); %d contenders are queued ahead of this one.",
-										  ahead, pid,
-										  (unsigned long long) sysid, host,
+										  ahead, who.pid,
+										  (unsigned long long) who.sysid, host,
 										  app, w_holder, ahead)));
 	}
 	else if (data != NULL)

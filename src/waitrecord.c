@@ -17,7 +17,6 @@
  */
 #include "postgres.h"
 
-#include "access/xlog.h"
 #include "catalog/pg_type_d.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
@@ -137,12 +136,16 @@ format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		   const char *leases, int *len)
 {
 	ZkwRecord	r;
+	ZkwBackend	me;
 	size_t		size;
 	char	   *data;
 
 	memset(&r, 0, sizeof(r));
-	r.sysid = GetSystemIdentifier();
-	r.pid = MyProcPid;
+	zkd_self(&me);
+	r.sysid = me.sysid;
+	r.has_start = me.has_start;
+	r.start = me.start;
+	r.pid = me.pid;
 	r.mode = mode;
 	r.node = node;
 	r.node_len = strlen(node);
@@ -153,7 +156,7 @@ format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	r.beat = w->beat;
 	r.nblocked = w->nblocked;
 	memcpy(r.blocked, w->blocked, sizeof(int) * w->nblocked);
-	size = r.node_len + r.resource_len + r.leases_len + 160 +
+	size = r.node_len + r.resource_len + r.leases_len + 192 +
 		12 * ZKW_MAX_BLOCKED;
 	data = palloc(size);
 	*len = (int) zkw_format_record(&r, data, size);

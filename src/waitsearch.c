@@ -212,8 +212,10 @@ member(Search *s, int64 session)
 		m->has_record = true;
 		m->czxid = rec->czxid;
 		m->known = true;
-		m->sysid = rec->r.sysid;
-		m->pid = rec->r.pid;
+		m->who.sysid = rec->r.sysid;
+		m->who.has_start = rec->r.has_start;
+		m->who.start = rec->r.start;
+		m->who.pid = rec->r.pid;
 		m->mode = rec->r.mode;
 		m->node = pnstrdup(rec->r.node, rec->r.node_len);
 		m->resource = pnstrdup(rec->r.resource, rec->r.resource_len);
@@ -240,41 +242,36 @@ add_edge(Search *s, int from, int to, bool pg)
 }
 
 /*
- * A zklock holder (a member without a record, of cluster sysid, backend
- * pid): the records that list it as waiting for their waiter in its
- * cluster's lock manager give its PostgreSQL-local edges.  Only records
- * are asked, never this backend's own lock manager, so that every
- * member's search builds the same graph (see the head comment).
+ * A zklock holder (a member without a record, backend who): the records
+ * that list it as waiting for their waiter in its cluster's lock manager
+ * give its PostgreSQL-local edges.  Only records are asked, never this
+ * backend's own lock manager, so that every member's search builds the
+ * same graph (see the head comment).
+ *
+ * A record's blocked pids are of its waiter's postmaster, so the holder
+ * must be of that very instance, not merely of its system identifier: a
+ * hot standby holder whose pid equals that of a primary backend blocked
+ * in the primary's lock manager made a cycle that did not exist up to
+ * zklock 1.5 (issue 37; zkw_same_backend says how names of 1.5 match).
  */
 static void
-pg_edges_from(Search *s, int holder, uint64 sysid, int pid)
+pg_edges_from(Search *s, int holder, const ZkwBackend *who)
 {
 	for (int i = 0; i < s->nrecords; i++)
 	{
 		const ZkwRecord *r = &s->records[i].r;
+		ZkwBackend	b;
 
-		if (r->sysid != sysid)
-			continue;
+		b.sysid = r->sysid;
+		b.has_start = r->has_start;
+		b.start = r->start;
 		for (int k = 0; k < r->nblocked; k++)
-			if (r->blocked[k] == pid)
+		{
+			b.pid = r->blocked[k];
+			if (zkw_same_backend(&b, who))
 				add_edge(s, holder, member(s, s->records[i].session), true);
+		}
 	}
-}
-
-/* Owner line of a zklock node: "zklock host=... sysid=N pid=P ..." */
-bool
-zkd_parse_owner(const char *data, uint64 *sysid, int *pid)
-{
-	const char *s;
-	const char *p;
-
-	if (strncmp(data, "zklock ", 7) != 0 ||
-		(s = strstr(data, " sysid=")) == NULL ||
-		(p = strstr(data, " pid=")) == NULL)
-		return false;
-	*sysid = strtoull(s + 7, NULL, 10);
-	*pid = (int) strtol(p + 5, NULL, 10);
-	return *pid > 0;
 }
 
 /*
@@ -377,8 +374,7 @@ static void
 meet_owner(Search *s, int u, int64 owner, const char *data)
 {
 	int			v;
-	uint64		sysid;
-	int			pid;
+	ZkwBackend	who;
 
 	if (owner == s->m[u].session || owner == 0)
 		return;					/* its own node, or no session's */
@@ -386,15 +382,14 @@ meet_owner(Search *s, int u, int64 owner, const char *data)
 	if (v < 0)
 		return;
 	add_edge(s, u, v, false);
-	if (!s->m[v].known && zkd_parse_owner(data, &sysid, &pid))
+	if (!s->m[v].known && zkw_parse_owner(data, &who))
 	{
 		s->m[v].known = true;
-		s->m[v].sysid = sysid;
-		s->m[v].pid = pid;
+		s->m[v].who = who;
 		if (!s->m[v].has_record && !s->m[v].queued)
 		{
 			s->m[v].queued = true;
-			pg_edges_from(s, v, sysid, pid);
+			pg_edges_from(s, v, &who);
 		}
 	}
 }

@@ -429,17 +429,178 @@ def test_cycle_through_row_locks_of_two_clusters(ctx):
     settle(ctx, [r1, r2])
 
 
-def record_beat(ctx, pid):
-    """The beat of the wait record of backend pid (None without one)."""
+# ---------------------------------------------------------------------------
+# a primary and its hot standby: one system identifier (issue 37)
+# ---------------------------------------------------------------------------
+
+def standby_pair(ctx, name):
+    """A primary and its streaming hot standby, each postmaster in a PID
+    namespace of its own (as in containers), so that their backends' pids
+    collide.  Database DB with the extension and dl_rows on both."""
+    conf = {'zklock.hosts': ctx.zk.connect_string,
+            'zklock.root': ctx.root,
+            'zklock.session_timeout': '%ds' % ctx.session_timeout,
+            'zklock.connect_timeout': '%ds' % ctx.connect_timeout}
+    primary = harness.PidNsPgCluster(name, conf, base_dir=ctx.workdir)
+    standby = harness.PidNsPgCluster(name + '-standby', base_dir=ctx.workdir)
+    ctx.shared.clusters.extend([primary, standby])
+    primary.start(timeout=120)
+    primary.psql('CREATE DATABASE %s' % DB)
+    primary.psql('CREATE EXTENSION zklock', dbname=DB)
+    primary.psql('CREATE TABLE dl_rows (id int PRIMARY KEY, v int); '
+                 'INSERT INTO dl_rows SELECT g, 0 FROM generate_series(1, 8) g',
+                 dbname=DB)
+    standby.init_standby(primary)
+    standby.start(timeout=120)
+    return primary, standby
+
+
+def colliding_backends(primary, standby, limit=500):
+    """A backend on each cluster, both with the same pid: pids only grow
+    in a namespace, so open a new backend where the pid is behind until
+    they meet."""
+    bp = harness.Backend(primary, 'dl-ns-b', dbname=DB)
+    bs = harness.Backend(standby, 'dl-ns-h', dbname=DB)
+    for _ in range(limit):
+        if bp.pid == bs.pid:
+            return bp, bs
+        if bp.pid < bs.pid:
+            bp.close()
+            bp = harness.Backend(primary, 'dl-ns-b', dbname=DB)
+        else:
+            bs.close()
+            bs = harness.Backend(standby, 'dl-ns-h', dbname=DB)
+    raise AssertionError('no pid collision after %d backends (%d, %d): '
+                         'are the PID namespaces there?'
+                         % (limit, bp.pid, bs.pid))
+
+
+def own_record(ctx, pid):
+    """(beat, blocked pids) of the wait record of backend pid (on any
+    cluster: the tests that use it have one waiter), or None."""
     path = ctx.root + '/%waits'
     for name in (ctx.kz.get_children(path) if ctx.kz.exists(path) else []):
         try:
             data = ctx.kz.get(path + '/' + name)[0].decode('utf-8', 'replace')
         except Exception:
             continue                    # gone meanwhile
-        if ' pid=%d ' % pid in data and ' beat=' in data:
-            return int(data.split(' beat=')[1].split(' ')[0])
+        if ' pid=%d ' % pid not in data or ' beat=' not in data:
+            continue
+        beat = int(data.split(' beat=')[1].split(' ')[0])
+        blocked = []
+        if ' blocked=' in data:
+            blocked = [int(p) for p in
+                       data.split(' blocked=')[1].split(' ')[0].split(',')]
+        return beat, blocked
     return None
+
+
+def test_standby_holder_with_a_colliding_pid_is_no_deadlock(ctx):
+    """A hot standby shares its primary's system identifier, and in
+    containers (a PID namespace each) their backends' pids collide.  W on
+    the primary holds a row and waits for a zklock held by H on the
+    standby; B on the primary, whose pid is H's, waits for W's row.  No
+    cycle: H waits for nothing.  But W's record lists B's pid as waiting
+    for W, and H's owner line named H by (system identifier, pid) alone,
+    the same as B's: the search took H for B and found W -> H -> W (the build
+    before the fix: 40P01 1.04 s after B's wait began, the DETAIL saying
+    the standby backend waits for a PostgreSQL lock).  A backend is now named by its cluster
+    instance too (the postmaster's start time): W publishes B, searches
+    with it and goes on waiting; when H commits, W gets the lock and B
+    its row.  Then B itself holds a zklock that W waits for, while B
+    waits for W's row: that real cycle still ends in 40P01 for W, whose
+    DETAIL tells the members by their postmaster's start.
+
+    Needs root (unshare --pid); the clusters are the primary and standby
+    made here, in namespaces of their own."""
+    if not harness.running_as_root():
+        raise AssertionError('this test needs root (PID namespaces)')
+    primary, standby = standby_pair(ctx, 'dl-ns')
+    try:
+        res = 'dl-ns/%d' % (int(time.time() * 1000) % 100000)
+        b, h = colliding_backends(primary, standby)
+        w = harness.Backend(primary, 'dl-ns-w', dbname=DB)
+        mon = harness.Backend(primary, 'dl-ns-mon', dbname=DB)
+        w.query('BEGIN')
+        w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 1')
+        h.query('BEGIN')
+        token_of(h.submit('SELECT zk_lock_exclusive(%s)', [res]), 15,
+                 'H on the standby')
+        fw = w.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [res, LONG])
+        ctx.zi.wait_contenders(res, 2)
+        fb = row(b, 1)
+        t0 = time.monotonic()
+        harness.wait_until(
+            lambda: mon.scalar("SELECT wait_event_type = 'Lock' FROM "
+                               "pg_stat_activity WHERE pid = %s", [b.pid]),
+            10, 'B waits for W\'s row')
+
+        # W publishes B's wait (its check reads the lock manager, writes
+        # the list and then searches with it); two more beats prove that
+        # search over, with no 40P01
+        seen = {}
+
+        def searched_with_b():
+            if fw.done():
+                return True
+            rec = own_record(ctx, w.pid)
+            if rec is None or b.pid not in rec[1]:
+                return False
+            seen.setdefault('beat', rec[0])
+            return rec[0] >= seen['beat'] + 2
+        harness.wait_until(searched_with_b, DEADLOCK_S * 8 + 10,
+                           'W publishes B and searches with it')
+        if fw.done():
+            o = outcome(fw, 0)
+            detail = ''
+            try:
+                fw.result(0)
+            except psycopg2.Error as e:
+                detail = e.diag.message_detail or ''
+            raise AssertionError(
+                'false deadlock: W got %s %.2f s after B began to wait '
+                '(B and H both pid %d, one system identifier): %s'
+                % (o, time.monotonic() - t0, b.pid, detail))
+        ctx.figure('standby holder with a colliding pid: searched, no 40P01',
+                   'ok')
+        h.query('COMMIT')
+        token_of(fw, 15, 'W once H commits')
+        w.query('COMMIT')
+        fb.result(15)
+        settle(ctx, [res])
+
+        # the real cycle with B itself (the primary's backend of that pid)
+        # as the holder is still found, H still connected on the standby
+        res2 = res + '-real'
+        b.query('BEGIN')
+        token_of(b.submit('SELECT zk_lock_exclusive(%s)', [res2]), 15,
+                 'B on the primary')
+        w.query('BEGIN')
+        w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 2')
+        fw = w.submit('SELECT zk_lock_exclusive(%s, %s::interval)',
+                      [res2, LONG])
+        ctx.zi.wait_contenders(res2, 2)
+        fb = row(b, 2)
+        e = expect_sqlstate(fw, '40P01', BOUND_S + 2,
+                            'W in a real cycle with B')
+        detail = e.diag.message_detail or ''
+        assert 'process %d of cluster' % b.pid in detail and \
+            'started at' in detail and 'PostgreSQL lock' in detail, detail
+        w.query('ROLLBACK')
+        fb.result(15)
+        b.query('COMMIT')
+        settle(ctx, [res2])
+        for x in (b, h, w, mon):
+            x.close()
+    finally:
+        standby.stop()
+        primary.stop()
+
+
+def record_beat(ctx, pid):
+    """The beat of the wait record of backend pid (None without one)."""
+    rec = own_record(ctx, pid)
+    return rec[0] if rec else None
 
 
 def semaphore_row_cycle(ctx, protocol):

@@ -845,6 +845,103 @@ class PgCluster:
 # a backend driven from its own thread
 # ---------------------------------------------------------------------------
 
+class PidNsPgCluster(PgCluster):
+    """A PgCluster whose postmaster runs in a PID namespace of its own
+    (unshare --pid --fork --mount-proc; root only), as in a container:
+    its processes get small pids counted from 1, so two such clusters
+    have backends with equal pids.  That is what a primary and its
+    streaming standby (init_standby) in containers look like to zklock:
+    one system identifier, colliding pids.
+
+    The postmaster is pid 1 of its namespace and postmaster.pid holds that
+    pid, which means another process (init) outside: pg_ctl must never
+    stop or signal it.  This class keeps unshare's process and stops the
+    postmaster by its pid as the host sees it (unshare's only child)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._proc = None
+        self._log = None
+
+    def _host_pid(self):
+        """The postmaster's pid outside its namespace, or None."""
+        if self._proc is None or self._proc.poll() is not None:
+            return None
+        p = self._proc.pid
+        try:
+            with open('/proc/%d/task/%d/children' % (p, p)) as f:
+                kids = f.read().split()
+        except OSError:
+            return None
+        return int(kids[0]) if kids else None
+
+    def postmaster_pid(self):
+        return self._host_pid()
+
+    def is_running(self):
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout=60):
+        """Start the postmaster in a new PID namespace (in the foreground
+        of unshare's child, which it is) and wait until it accepts
+        connections (a standby: read-only ones)."""
+        if not running_as_root():
+            raise RuntimeError('a PID namespace needs root')
+        if not self.initialized:
+            self.init()
+        pw = pwd.getpwnam(PG_OS_USER)
+        _register(self)
+        log('starting PostgreSQL %s in its own PID namespace on '
+            '127.0.0.1:%d (data %s)' % (self.name, self.port, self.data_dir))
+        self._log = open(self.log_path, 'ab')
+        self._proc = subprocess.Popen(
+            ['unshare', '--pid', '--fork', '--mount-proc',
+             'setpriv', '--reuid=%d' % pw.pw_uid, '--regid=%d' % pw.pw_gid,
+             '--init-groups', '--'] +
+            (['env'] + PG_ENV if PG_ENV else []) +
+            [self.bin + '/postgres', '-D', self.data_dir],
+            cwd=self.dir, stdin=subprocess.DEVNULL, stdout=self._log,
+            stderr=subprocess.STDOUT)
+
+        def ready():
+            if self._proc.poll() is not None:
+                raise RuntimeError('postmaster of %s exited (status %s):\n%s'
+                                   % (self.name, self._proc.returncode,
+                                      tail(self.log_path)))
+            try:
+                self.connect(connect_timeout=2).close()
+                return True
+            except psycopg2.OperationalError:
+                return False
+        wait_until(ready, timeout, 'PostgreSQL %s accepts connections'
+                   % self.name, interval=0.1)
+        return self
+
+    def stop(self, mode='fast', timeout=60):
+        """SIGINT (fast shutdown) to the postmaster by its host pid; SIGKILL
+        if it has not ended in time (the kernel then kills its whole
+        namespace).  Never pg_ctl (see the class comment)."""
+        sig = {'smart': signal.SIGTERM, 'fast': signal.SIGINT,
+               'immediate': signal.SIGQUIT}[mode]
+        try:
+            pid = self._host_pid()
+            if pid is not None:
+                os.kill(pid, sig)
+            if self._proc is not None:
+                try:
+                    self._proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    pid = self._host_pid()
+                    if pid is not None:
+                        os.kill(pid, signal.SIGKILL)
+                    self._proc.wait(20)
+        finally:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+            _unregister(self)
+
+
 class Backend:
     """One PostgreSQL backend (one psycopg2 connection, autocommit) whose
     statements run on a dedicated daemon thread, so that a test can start

@@ -1649,6 +1649,90 @@ test_waitgraph(void)
 		}
 	}
 	{
+		/*
+		 * A backend's name: system identifier, postmaster start time and
+		 * pid (issue 37: a standby has its primary's system identifier,
+		 * and in PID namespaces their pids collide).
+		 */
+		ZkwRecord	r;
+		ZkwRecord	back;
+		ZkwBackend	b;
+		char		buf[512];
+		size_t		len;
+		const char *rec15 = "zklock-wait sysid=5 pid=6 mode=exclusive node=2:/a beat=3 blocked=7,8 resource=r";
+		const char *badstart[] = {
+			"zklock-wait sysid=5 start= pid=6 mode=exclusive node=2:/a resource=r",
+			"zklock-wait sysid=5 start=1x pid=6 mode=exclusive node=2:/a resource=r",
+			"zklock-wait sysid=5 start=18446744073709551616 pid=6 mode=exclusive node=2:/a resource=r",
+			"zklock-wait sysid=5 pid=6 start=1 mode=exclusive node=2:/a resource=r",
+		};
+		bool		all_refused = true;
+		ZkwBackend	primary = {5, true, 849000000000000ULL, 15};
+		ZkwBackend	standby = {5, true, 849000000000001ULL, 15};
+		ZkwBackend	old = {5, false, 0, 15};
+		ZkwBackend	old_too = {5, false, 0, 15};
+		ZkwBackend	other_pid = {5, true, 849000000000000ULL, 16};
+
+		memset(&r, 0, sizeof(r));
+		r.sysid = 7290123456789012345ULL;
+		r.has_start = true;
+		r.start = 18446744073709551615ULL;
+		r.pid = 15;
+		r.mode = ZKR_MODE_EXCLUSIVE;
+		r.node = "/l/_c_a-__WRIT__0000000002";
+		r.node_len = strlen(r.node);
+		r.resource = "x start=1 pid=2";
+		r.resource_len = strlen(r.resource);
+		len = zkw_format_record(&r, buf, sizeof(buf));
+		ok(len > 0 &&
+		   strncmp(buf, "zklock-wait sysid=7290123456789012345 start=18446744073709551615 pid=15 ", 72) == 0 &&
+		   zkw_parse_record(buf, len, &back) && back.has_start &&
+		   back.start == r.start && back.sysid == r.sysid && back.pid == 15 &&
+		   back.resource_len == r.resource_len,
+		   "identity: a record names its postmaster's start between sysid and pid");
+		ok(zkw_parse_record(rec15, strlen(rec15), &back) && !back.has_start &&
+		   back.sysid == 5 && back.pid == 6 && back.nblocked == 2 &&
+		   back.has_beat && back.beat == 3,
+		   "identity: a record of 1.5 (no start) still parses");
+		for (int i = 0; i < (int) (sizeof(badstart) / sizeof(badstart[0])); i++)
+			if (zkw_parse_record(badstart[i], strlen(badstart[i]), &back))
+			{
+				all_refused = false;
+				diag("parsed: %s", badstart[i]);
+			}
+		ok(all_refused, "identity: a malformed or misplaced start is refused whole");
+
+		ok(zkw_parse_owner("zklock host=h port=5432 sysid=5 start=849000000000001 pid=15 db=d role=r application_name=a", &b) &&
+		   b.sysid == 5 && b.has_start && b.start == 849000000000001ULL &&
+		   b.pid == 15 && zkw_same_backend(&b, &standby),
+		   "identity: an owner line names sysid, start and pid");
+		ok(zkw_parse_owner("zklock host=h port=5432 sysid=5 pid=15 db=d role=r application_name=a", &b) &&
+		   !b.has_start && b.sysid == 5 && b.pid == 15,
+		   "identity: an owner line of 1.5 has no start");
+		ok(zkw_parse_owner("zklock host=h port=1 sysid=5 pid=7 db=x start=9 role=r application_name= start=3", &b) &&
+		   !b.has_start && b.pid == 7,
+		   "identity: \" start=\" in a 1.5 line's names is no start time");
+		ok(!zkw_parse_owner("zklock host=h port=1 sysid=5 start= pid=7 db=x", &b) &&
+		   !zkw_parse_owner("zklock host=h port=1 sysid=5 start=9", &b) &&
+		   !zkw_parse_owner("zklock host=h port=1 sysid=5 pid=0 db=x", &b) &&
+		   !zkw_parse_owner("zklock host=x", &b) &&
+		   !zkw_parse_owner("192.168.0.7", &b) &&
+		   !zkw_parse_owner(NULL, &b),
+		   "identity: malformed owner lines and other clients' data are refused");
+
+		ok(!zkw_same_backend(&primary, &standby) &&
+		   !zkw_same_instance(&primary, &standby),
+		   "identity: a standby's backend is not its primary's with the same pid");
+		ok(zkw_same_backend(&primary, &primary) &&
+		   !zkw_same_backend(&primary, &other_pid) &&
+		   zkw_same_instance(&primary, &other_pid),
+		   "identity: one postmaster, pids tell its backends apart");
+		ok(zkw_same_backend(&old, &old_too),
+		   "identity: two names of 1.5 match by sysid and pid, as in 1.5");
+		ok(!zkw_same_backend(&old, &primary) && !zkw_same_backend(&standby, &old),
+		   "identity: a name of 1.5 never matches a newer one");
+	}
+	{
 		/* 0 -> 1 -> 2 -> 0, and 2 -> 3 (a dead end) */
 		ZkwVertex	v[4] = {{10, true, 100}, {11, true, 300}, {12, false, 0},
 		{13, true, 200}};
