@@ -10,7 +10,7 @@ OBJS = src/zklock.o src/guccheck.o src/auth.o src/session.o src/session_request.
 	src/acquire.o src/parents.o src/commitcheck.o src/semaphore.o src/lockset.o \
 	src/locktable.o src/lostreason.o src/lockrequest.o src/callorder.o src/lookonly.o \
 	src/deadlock.o src/waitsearch.o src/waitrecord.o src/inspect.o src/functions.o \
-	src/stats.o src/statevict.o src/stats_shmem.o src/stats_pgstat.o src/waitlog.o
+	src/showtext.o src/stats.o src/statevict.o src/stats_shmem.o src/stats_pgstat.o src/waitlog.o
 # every install and update script: sql/zklock--<v>.sql, sql/zklock--<a>--<b>.sql
 DATA = $(wildcard sql/zklock--*.sql)
 

@@ -30,6 +30,7 @@
 #include "mb/pg_wchar.h"
 #include "recipe.h"
 #include "session.h"
+#include "showtext.h"
 
 PG_FUNCTION_INFO_V1(zk_lock_exclusive);
 PG_FUNCTION_INFO_V1(zk_lock_shared);
@@ -508,18 +509,17 @@ session_id_datum(int64 id)
 #define OWNER_MAX_BYTES 1024
 
 /*
- * A node's data as text: as is when it is printable UTF-8 that the
- * database encoding can hold (any UTF-8 in a UTF-8 database, ASCII in
- * any), otherwise hex in bytea's output form, so binary data or terminal
- * escapes from another client can neither fail the query nor reach an
- * operator's terminal.  Cut to OWNER_MAX_BYTES (on a character boundary),
- * with "..." after it.
+ * A node's data as text: printable UTF-8 that the database encoding can
+ * hold is shown converted, anything else as hex in bytea's output form
+ * (showtext.c, which zk_stat_locks' names share), so binary data or
+ * terminal escapes from another client can neither fail the query nor
+ * reach an operator's terminal.  Cut to OWNER_MAX_BYTES (text on a
+ * character boundary), with "..." after it.
  */
 static Datum
 owner_datum(const char *data, int len)
 {
 	StringInfoData buf;
-	bool		ascii = true;
 	bool		printable = true;
 	bool		cut = len > OWNER_MAX_BYTES;
 	int			show = cut ? OWNER_MAX_BYTES : len;
@@ -528,26 +528,19 @@ owner_datum(const char *data, int len)
 	{
 		unsigned char ch = (unsigned char) data[i];
 
-		if (ch >= 0x80)
-			ascii = false;
-		else if ((ch < 0x20 && ch != '\t') || ch == 0x7F)
+		if ((ch < 0x20 && ch != '\t') || ch == 0x7F)
 			printable = false;
 	}
 
 	initStringInfo(&buf);
-	if (printable && pg_verify_mbstr(PG_UTF8, data, len, true) &&
-		(ascii || GetDatabaseEncoding() == PG_UTF8))
+	if (printable && pg_verify_mbstr(PG_UTF8, data, len, true))
 	{
 		if (cut)
 			show = pg_encoding_mbcliplen(PG_UTF8, data, len, OWNER_MAX_BYTES);
-		appendBinaryStringInfo(&buf, data, show);
+		zkt_append_utf8(&buf, data, show);
 	}
 	else
-	{
-		appendStringInfoString(&buf, "\\x");
-		for (int i = 0; i < show; i++)
-			appendStringInfo(&buf, "%02x", (unsigned char) data[i]);
-	}
+		zkt_append_hex(&buf, data, show);
 	if (cut)
 		appendStringInfoString(&buf, "...");
 	return PointerGetDatum(cstring_to_text_with_len(buf.data, buf.len));

@@ -37,6 +37,7 @@
 #include "utils/timestamp.h"
 
 #include "session.h"
+#include "showtext.h"
 #include "stats.h"
 #include "stats_int.h"
 
@@ -281,9 +282,24 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 		bool		nulls[13] = {0};
 		const char *name = copy[i].key.name;
 
-		if (GetDatabaseEncoding() != PG_SQL_ASCII)
-			name = pg_any_to_server(name, strlen(name), PG_UTF8);
-		values[0] = CStringGetTextDatum(name);
+		/*
+		 * A SQL_ASCII database counted its names' bytes as they are, and
+		 * shows every name so.  Any other database shows a name it cannot
+		 * hold (counted by a database of another encoding) as \x hex, as
+		 * zk_lock_queue shows such owner data: converting with ERROR
+		 * would fail the whole view here for as long as the row is kept.
+		 */
+		if (GetDatabaseEncoding() == PG_SQL_ASCII)
+			values[0] = CStringGetTextDatum(name);
+		else
+		{
+			StringInfoData shown;
+
+			initStringInfo(&shown);
+			zkt_append_utf8(&shown, name, strlen(name));
+			values[0] = PointerGetDatum(cstring_to_text_with_len(shown.data,
+																 shown.len));
+		}
 		values[1] = CStringGetTextDatum(kind_name(copy[i].key.kind));
 		values[2] = Int64GetDatum(c->acquisitions);
 		values[3] = Int64GetDatum(c->waits);

@@ -7,9 +7,9 @@ on two clusters taking ARRAY[a..z] and its reverse 200 times without a
 deadlock or a timeout; a cancel in the middle of a 10,000-lock call, and
 lock_timeout, leave nothing in ZooKeeper; the creates go out in multi
 requests (requests per lock counted at the server); tokens in the order
-of the input and equal to each node's czxid; names given twice and locks
-already held; savepoints and scalar holds mixed in; bad input; the update
-from 1.2 keeps the grants.
+of the input and equal to each node's czxid, and what README promises of
+fencing tokens; names given twice and locks already held; savepoints and
+scalar holds mixed in; bad input; the update from 1.2 keeps the grants.
 
 What ZooKeeper holds is read from the server itself (`dump`, `mntr`) and
 with kazoo, not from the extension's own view.
@@ -75,6 +75,74 @@ def test_tokens_in_input_order(ctx):
         assert c.stat.czxid == t, (r, c.stat.czxid, t)
     b.query('COMMIT')
     wait_until(lambda: not held_nodes(ctx, res), 30, 'nodes released')
+
+
+def czxids(ctx, res):
+    """{resource: czxid of its one contender node}."""
+    out = {}
+    for r in res:
+        [c] = ctx.zi.contenders(r)
+        out[r] = c.stat.czxid
+    return out
+
+
+def test_fencing_tokens_what_a_downstream_may_rely_on(ctx):
+    """README's "Fencing tokens": the locks one array call creates in one
+    multi request share one token; a call that waited mid-way created
+    the locks after the one it waited for in a later multi, with a greater
+    token; successive holders of one name (scalar and array calls,
+    exclusive and shared, two clusters) get strictly increasing tokens;
+    and tokens of different names are not in grant order (a waiter's node,
+    so its token, is as old as its place in the queue)."""
+    n, m, o, p, f = ('set-fence/%s' % x for x in 'nmopf')
+    a = ctx.backend('set-fence-a')
+    b = ctx.backend('set-fence-b')
+    c = ctx.backend('set-fence-c')
+    d = ctx.backend('set-fence-d', cluster=ctx.shared.pg_b, dbname=DB)
+    e = ctx.backend('set-fence-e')
+
+    # one call, one multi: one token, each node's czxid
+    a.query('BEGIN')
+    [(ta,)] = a.query('SELECT zk_lock_exclusive(%s::text[])', [[p, n, o]])
+    assert len(set(ta)) == 1, ta
+    assert czxids(ctx, [p, n, o]) == {p: ta[0], n: ta[0], o: ta[0]}
+
+    # queued behind a on n, in this order: b (scalar), c (array: m and n
+    # in its first multi, o deleted while it waits), d (shared, cluster b)
+    b.query('BEGIN')
+    fb = b.submit('SELECT zk_lock_exclusive(%s)', [n])
+    ctx.zi.wait_contenders(n, 2)
+    c.query('BEGIN')
+    fc = c.submit('SELECT zk_lock_exclusive(%s::text[])', [[o, m, n]])
+    ctx.zi.wait_contenders(n, 3)
+    d.query('BEGIN')
+    fd = d.submit('SELECT zk_lock_shared(%s)', [n])
+    ctx.zi.wait_contenders(n, 4)
+    for w in (b, c):
+        ctx.wait_state(w)
+
+    # a lock on another name granted now has a greater token than b's
+    # node, which b is granted only later
+    [(tf,)] = e.query('SELECT zk_lock_exclusive(%s)', [f])
+
+    a.query('COMMIT')
+    tb = result(fb, 30, "b's grant")[0][0]
+    assert tf > tb, 'f, granted before b, has the smaller token: %r' % (
+        (tf, tb),)
+    b.query('COMMIT')
+    [(tc,)] = result(fc, 30, "c's grant")
+    tc = dict(zip([o, m, n], tc))
+    assert tc[m] == tc[n] < tc[o], tc
+    assert czxids(ctx, [o, m]) == {o: tc[o], m: tc[m]}
+    c.query('COMMIT')
+    td = result(fd, 30, "d's grant")[0][0]
+    d.query('COMMIT')
+    te = e.scalar('SELECT zk_lock_exclusive(%s)', [n])
+
+    holders = [ta[0], tb, tc[n], td, te]
+    assert all(x < y for x, y in zip(holders, holders[1:])), holders
+    wait_until(lambda: not held_nodes(ctx, [n, m, o, p, f]), 30,
+               'every node released')
 
 
 def test_bad_input(ctx):

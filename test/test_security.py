@@ -15,6 +15,7 @@ that holds no lock.  The backend's memory holds the password only in
 libzookeeper's copy (found by reading /proc/<pid>/mem), none of zklock's.
 """
 
+import ctypes
 import os
 import time
 
@@ -300,29 +301,161 @@ def test_reload_rereads_file(ctx):
 # the password in the backend's memory
 # ---------------------------------------------------------------------------
 
-def memory_hits(pid, needle):
+# /proc/<pid>/mem is read in chunks of this size, so that no mapping is
+# ever read whole: ASan's shadow is one mapping of some 15 TiB.
+MEM_CHUNK = 1 << 20
+# what one scan may read at the most (a backend: its resident memory, its
+# libraries and PostgreSQL's shared memory, well under this); more fails
+# the test rather than letting it grind
+MEM_READ_LIMIT = 4 << 30
+PAGE = os.sysconf('SC_PAGE_SIZE')
+
+# PAGEMAP_SCAN (Linux 6.7, include/uapi/linux/fs.h): the ranges of a
+# process's pages in given categories, found by walking its page tables
+PAGEMAP_SCAN = 0xC0606610       # _IOWR('f', 16, struct pm_scan_arg)
+PAGE_IS_PRESENT = 1 << 3
+PAGE_IS_SWAPPED = 1 << 4
+
+
+class _PmScanArg(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_uint64) for f in (
+        'size', 'flags', 'start', 'end', 'walk_end', 'vec', 'vec_len',
+        'max_pages', 'category_inverted', 'category_mask',
+        'category_anyof_mask', 'return_mask')]
+
+
+class _PageRegion(ctypes.Structure):
+    _fields_ = [('start', ctypes.c_uint64), ('end', ctypes.c_uint64),
+                ('categories', ctypes.c_uint64)]
+
+
+def _populated_by_scan(pagemap, lo, hi):
+    """PAGEMAP_SCAN's ranges of present or swapped pages in [lo, hi);
+    raises OSError (ENOTTY, EINVAL) where the kernel has no such ioctl."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    vec = (_PageRegion * 512)()
+    want = PAGE_IS_PRESENT | PAGE_IS_SWAPPED
+    while lo < hi:
+        arg = _PmScanArg(size=ctypes.sizeof(_PmScanArg), start=lo, end=hi,
+                         vec=ctypes.addressof(vec), vec_len=len(vec),
+                         category_anyof_mask=want, return_mask=want)
+        n = libc.ioctl(pagemap.fileno(), ctypes.c_ulong(PAGEMAP_SCAN),
+                       ctypes.byref(arg))
+        if n < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        for r in vec[:n]:
+            yield r.start, r.end
+        if arg.walk_end <= lo:
+            raise OSError(0, 'PAGEMAP_SCAN made no progress at %#x' % lo)
+        lo = arg.walk_end
+
+
+def _populated_by_pagemap(pagemap, lo, hi):
+    """The same from /proc/<pid>/pagemap's 8 bytes per page (bit 63
+    present, 62 swapped): slower, for kernels before 6.7."""
+    step = (MEM_CHUNK // 8) * PAGE             # a chunk of entries
+    for base in range(lo, hi, step):
+        top = min(hi, base + step)
+        pagemap.seek(base // PAGE * 8)
+        entries = pagemap.read((top - base) // PAGE * 8)
+        if entries.count(0) == len(entries):
+            continue                            # nothing there at all
+        for i, e in enumerate(memoryview(entries).cast('Q')):
+            if e >> 62:
+                yield base + i * PAGE, base + (i + 1) * PAGE
+
+
+def _runs(ranges):
+    """Adjacent ranges joined, so that a match across them is found."""
+    cur = None
+    for a, b in ranges:
+        if cur and a == cur[1]:
+            cur[1] = b
+            continue
+        if cur:
+            yield tuple(cur)
+        cur = [a, b]
+    if cur:
+        yield tuple(cur)
+
+
+def memory_hits(pid, needle, stats=None):
     """Where `needle` is in the memory of process `pid` (every readable
     mapping, libzookeeper's thread stacks and arenas included), as each
     hit with the 96 bytes before it (which say whose copy it is).  Needs root
-    (or the same user and ptrace rights) to read /proc/<pid>/mem."""
+    (or the same user and ptrace rights) to read /proc/<pid>/mem.
+
+    Read in MEM_CHUNK pieces that overlap by the needle's length and the
+    context, so a copy across two pieces is found once, whole.  Of a
+    private anonymous mapping only the pages that exist are read (present
+    or swapped, from the page tables): a page never touched reads as zeros
+    and cannot hold a copy, and ASan's shadow (terabytes, a few MB of them
+    touched) would otherwise take hours and page tables for all of it.
+    File-backed and shared mappings are read whole (a page of them not
+    mapped here may still hold data).  A piece that cannot be read (EIO,
+    EFAULT: e.g. a file mapping past the file's end) is skipped page by
+    page.  `stats`, a dict, gets the bytes read and the seconds taken."""
     hits = []
+    keep = 96 + len(needle) - 1     # the context and a partial match
+    total = 0
+    mapped = 0
+    began = time.monotonic()
+    scan = _populated_by_scan
+
+    def search(mem, lo, hi):
+        nonlocal total
+        carry = b''
+        pos = lo
+        while pos < hi:
+            want = min(MEM_CHUNK, hi - pos)
+            try:
+                mem.seek(pos)
+                data = mem.read(want)
+            except OSError:
+                data = b''
+            if not data:
+                carry = b''
+                pos += PAGE - pos % PAGE    # skip the page that failed
+                continue
+            total += len(data)
+            assert total <= MEM_READ_LIMIT, (
+                'read more than %d bytes of pid %d' % (MEM_READ_LIMIT, pid))
+            buf = carry + data
+            # a match ending in this piece; one wholly in carry was counted
+            at = buf.find(needle, max(0, len(carry) - len(needle) + 1))
+            while at >= 0:
+                hits.append(buf[max(0, at - 96):at + len(needle)])
+                at = buf.find(needle, at + 1)
+            carry = buf[-keep:]
+            pos += len(data)
+
     with open('/proc/%d/maps' % pid) as maps, \
-            open('/proc/%d/mem' % pid, 'rb', 0) as mem:
+            open('/proc/%d/mem' % pid, 'rb', 0) as mem, \
+            open('/proc/%d/pagemap' % pid, 'rb', 0) as pagemap:
         for line in maps:
             parts = line.split()
             lo, hi = (int(x, 16) for x in parts[0].split('-'))
             name = parts[5] if len(parts) > 5 else ''
             if 'r' not in parts[1] or name in ('[vvar]', '[vsyscall]'):
                 continue
+            mapped += hi - lo
+            anonymous = parts[1][3] == 'p' and (
+                name in ('', '[heap]', '[stack]') or name.startswith('[anon:'))
+            if not anonymous:
+                search(mem, lo, hi)
+                continue
             try:
-                mem.seek(lo)
-                data = mem.read(hi - lo)
+                runs = list(_runs(scan(pagemap, lo, hi)))
             except OSError:
-                continue            # e.g. a guard page
-            at = data.find(needle)
-            while at >= 0:
-                hits.append(data[max(0, at - 96):at + len(needle)])
-                at = data.find(needle, at + 1)
+                scan = _populated_by_pagemap    # a kernel before 6.7
+                runs = list(_runs(scan(pagemap, lo, hi)))
+            for a, b in runs:
+                search(mem, a, b)
+    if stats is not None:
+        stats['bytes'] = total
+        stats['mapped'] = mapped
+        stats['seconds'] = time.monotonic() - began
     return hits
 
 
@@ -359,7 +492,8 @@ def test_password_copies_in_memory(ctx):
         (libzookeeper's auth list), 'packet' (a serialized auth packet),
         'freed' (a chunk malloc reused the head of)."""
         found = {'ours': 0, 'lib': 0, 'packet': 0, 'freed': 0}
-        for h in memory_hits(b.pid, needle):
+        scanned = {}
+        for h in memory_hits(b.pid, needle, scanned):
             if h.endswith(packet):
                 found['packet'] += 1
             elif h.endswith(ours):
@@ -368,7 +502,11 @@ def test_password_copies_in_memory(ctx):
                 found['lib'] += 1
             else:
                 found['freed'] += 1
-        ctx.log('%s: %r' % (when, found))
+        ctx.log('%s: %r; %.1f MiB read of %.1f GiB readable in %.2f s' % (
+            when, found, scanned['bytes'] / 2**20, scanned['mapped'] / 2**30,
+            scanned['seconds']))
+        ctx.figure('memory scan, %s' % when, round(scanned['seconds'], 2),
+                   's')
         for k, v in found.items():
             ctx.figure('password copies, %s (%s)' % (when, k), v, '')
         return found

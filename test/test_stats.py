@@ -14,6 +14,8 @@ workload.
 import concurrent.futures
 import time
 
+import psycopg2
+
 import harness
 from harness import wait_until
 from test_multisession import LOCK_X, LONG, expect_sqlstate, token_of
@@ -210,6 +212,71 @@ def test_reset_one_name_and_all(ctx):
     assert s.query('SELECT names_tracked, acquisitions, evictions, '
                    'stats_since > %s FROM zk_stat_cluster', [since]) == [
         (0, 0, 0, True)]
+
+
+def other_encoding_db(ctx, db, encoding):
+    """A database of `encoding` on the stats cluster, with the extension."""
+    pg = ctx.shared.pg
+    pg.psql('DROP DATABASE IF EXISTS %s WITH (FORCE)' % db)
+    pg.psql("CREATE DATABASE %s ENCODING '%s' LC_COLLATE 'C' LC_CTYPE 'C' "
+            "TEMPLATE template0" % (db, encoding))
+    pg.psql('CREATE EXTENSION zklock', dbname=db)
+
+
+def test_names_another_encoding_cannot_hold(ctx):
+    """Names are counted in UTF-8 from every database.  One that the
+    reading database cannot hold (CJK and an emoji read from LATIN1; bytes
+    that are no UTF-8, counted from a SQL_ASCII database, read from a UTF-8
+    one) is shown as \\x and the hex of its bytes, exactly as
+    zk_lock_queue shows such owner data, instead of failing the whole view
+    (22P05, 22021) in every such database; a name the database can hold
+    ('café' in LATIN1) is shown as text, and a SQL_ASCII database sees its
+    own bytes as they are.  zk_lock_queue's owner shows the same bytes the
+    same way."""
+    cjk = '\u6f22\u5b57-\U0001f512'
+    raw = b'st-enc-\xff\xfe'
+    pg = ctx.shared.pg
+    other_encoding_db(ctx, 'zklock_st_latin1', 'LATIN1')
+    other_encoding_db(ctx, 'zklock_st_ascii', 'SQL_ASCII')
+    queued = 'st-enc-queue'
+    parent = ctx.zi.parent_path(queued)
+    try:
+        u = on(ctx, 'st-enc-utf8')
+        for n in (cjk, 'café'):
+            u.query('SELECT zk_stat_reset(%s)', [n])
+            u.query('SELECT zk_lock_exclusive(%s)', [n])
+        latin = ctx.backend('st-enc-latin1', cluster=pg,
+                            dbname='zklock_st_latin1')
+        sql = ('SELECT name, kind, acquisitions FROM zk_stat_locks '
+               'WHERE kind = %s AND acquisitions > 0 AND (name = %s OR '
+               "starts_with(name, '\\x')) ORDER BY name")
+        assert latin.query(sql, ['exclusive', 'café']) == [
+            ('\\x' + cjk.encode().hex(), 'exclusive', 1),
+            ('café', 'exclusive', 1)]
+
+        a = ctx.backend('st-enc-ascii', cluster=pg, dbname='zklock_st_ascii')
+        from_bytes = "convert_from(%s::bytea, 'SQL_ASCII')"
+        braw = [psycopg2.Binary(raw)]
+        a.query('SELECT zk_stat_reset(%s)' % from_bytes, braw)
+        a.query('SELECT zk_lock_shared(%s)' % from_bytes, braw)
+        assert a.query('SELECT acquisitions FROM zk_stat_locks WHERE name = '
+                       + from_bytes, braw) == [(1,)]
+        assert u.query(sql, ['shared', 'café']) == [
+            ('\\x' + raw.hex(), 'shared', 1)]
+
+        # the same bytes as foreign contenders' data in zk_lock_queue (one
+        # piece of code shows both): hex, and text where LATIN1 can hold it
+        ctx.kz.ensure_path(parent)
+        ctx.kz.create(parent + '/_c_ab-__WRIT__0000000000', cjk.encode())
+        ctx.kz.create(parent + '/_c_cd-__READ__0000000001', 'café'.encode())
+        assert latin.query('SELECT owner FROM zk_lock_queue(%s) '
+                           'ORDER BY position', [queued]) == [
+            ('\\x' + cjk.encode().hex(),), ('café',)]
+    finally:
+        if ctx.kz.exists(parent):
+            ctx.kz.delete(parent, recursive=True)
+        for db in ('zklock_st_latin1', 'zklock_st_ascii'):
+            pg.psql('DROP DATABASE IF EXISTS %s WITH (FORCE)' % db)
 
 
 def test_eviction_least_recently_used(ctx):
