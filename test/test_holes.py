@@ -811,4 +811,5 @@ def test_settings_defaults(ctx):
         'zklock.session_timeout': '10000',
         'zklock.track_stats': 'on',
         'zklock.verify_at_commit': 'on',
+        'zklock.zookeeper_log_level': 'error',
     }, got
