@@ -73,6 +73,15 @@ static uint64 summary_pending = 0;	/* suppressed in one that ended */
 static int64 summary_session = 0;
 static int64 current_session = 0;	/* set by the session watcher */
 
+/*
+ * Backend only: whether libzookeeper's stream points here yet, and
+ * whether this backend ever made a handle.  Before its first handle the
+ * library has logged nothing here, so the drain at every statement's end
+ * costs no lock in a backend that never used zklock.
+ */
+static bool stream_set = false;
+static bool handle_made = false;
+
 /* The level asked for (zklock.zookeeper_log_level); read by the threads. */
 static volatile int log_level = ZKS_LOG_ERROR;
 
@@ -229,8 +238,7 @@ zks_log_set_level(int level)
 void
 zksl_handle_opening(void)
 {
-	static bool stream_set = false;
-
+	handle_made = true;
 	if (!stream_set)
 	{
 		cookie_io_functions_t io = {NULL, stream_write, NULL, NULL};
@@ -328,7 +336,7 @@ zks_log_drain(void)
 	int64		summary_sid;
 
 	/* an ereport of ours that logs nothing of ZooKeeper's: no re-entry */
-	if (draining)
+	if (draining || !handle_made)
 		return;
 	draining = true;
 	PG_TRY();
