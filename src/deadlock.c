@@ -56,7 +56,8 @@
  * it: it writes the victim's record back unchanged (setData with the
  * version it read, so it never overwrites a newer list), which fires the
  * data watch the victim keeps on its own record, and the victim searches
- * at once instead of at its next scheduled search.  Two races would lose
+ * at once (nothing else would make it search: see "When a waiter
+ * searches" below).  Two races would lose
  * the wake, and both are closed in waitrecord.c: the victim beats between
  * the waker's read and its write (ZooKeeper refuses the write for its old
  * version: the waker reads again and writes that), or the wake reaches
@@ -80,9 +81,9 @@
  * cycle is a member with a record; once every member's record lists its
  * local edges (within deadlock_timeout of the edge closing) every search
  * that starts on the cycle finds it, each such member names the same
- * victim, and a member's search is never more than its schedule away;
- * the victim's own search, woken by the first member that sees the
- * cycle, or by its own schedule, finds it too.  A wait record that lies
+ * victim, and the member whose write closed the cycle searches right
+ * after it (below); the victim's own search, woken by the first member
+ * that sees the cycle, finds it too.  A wait record that lies
  * (written by a client without zklock.auth_file's credentials, see
  * README) is read only as far as it parses, and a record whose waiting
  * node is not its own session's is ignored.
@@ -91,10 +92,53 @@
  * sent back to back), then for each waiter on the path its queue and the
  * owners of its own node and of the contenders ahead of it; a queue is
  * listed, and each of its nodes read, once per search, however many of
- * its waiters are followed.  It runs at deadlock_timeout and again at
- * growing intervals, and at once when the waiter's local edges change or
- * another member wakes it; a lock granted at once or within
- * deadlock_timeout costs nothing.
+ * its waiters are followed (a waiter behind K others reads about 2K
+ * nodes and records).  A lock granted at once or within deadlock_timeout
+ * costs nothing.
+ *
+ * When a waiter searches (issue 38: waiting costs nothing).  zklock 1.6's
+ * waiters beat their records every deadlock_timeout and searched again at
+ * growing intervals, each search reading every record: 50 waiters on one
+ * lock sent 12 requests per waiter per second, and the cost per waiter
+ * grew with the queue.  Yet a search can find something new only after
+ * the graph changed, and every edge of the graph comes into being by a
+ * write to ZooKeeper made by a member on that edge, which searches right
+ * after it:
+ *	- a waiter's out-edges count once it publishes its record (its node,
+ *	  and the nodes ahead of it, exist before the record), and it searches
+ *	  then;
+ *	- a PostgreSQL-local edge into a waiter counts once the waiter writes
+ *	  its blocked list (within deadlock_timeout of the edge closing: the
+ *	  lock manager is looked at every deadlock_timeout, which costs
+ *	  ZooKeeper nothing), and it searches then;
+ *	- a node joins a queue behind everything there, so it adds edges out
+ *	  of its own session only, which count when it publishes; a lease
+ *	  granted to a semaphore's waiter adds edges into a session that waits
+ *	  for nothing at that moment (it was just granted), so they are on a
+ *	  cycle only once that session waits again and publishes.
+ * So a cycle closes with a write, made by a member of the cycle that
+ * searches after it, from a sync: that search sees the write and every
+ * earlier one, hence every edge of the cycle (the argument of "the victim
+ * published last", for every kind of edge).  An edge that goes away
+ * closes no cycle, except where a semaphore's waiter needs only one of
+ * its holders to go (a holder free to go keeps it out of every cycle).
+ * That answer, like that of a search that failed, left a path out (its
+ * tables full), found a cycle it did not break, or met leases it could
+ * not count yet, is not final: the waiter searches again at growing
+ * intervals (deadlock_timeout, then 2, 4 and every 8 times it).  A final
+ * "no cycle through us" ends the searching until another member wakes us
+ * or our local edges change.  A record is written only when it is
+ * published, when its local edges change and when its waiter is woken
+ * (the beat a victim waits for, see beats_advanced); the data watch on
+ * it, set once, costs nothing until it fires.  A reconnection fires it
+ * too (libzookeeper tells every watcher of a session event), so a waiter
+ * whose connection came back beats and searches once.  Without the watch
+ * (no room in the watch table, or a write that failed) a wake would go
+ * unseen: that waiter beats at every check and searches by the schedule,
+ * as 1.6 did.  A waiter in no cycle thus sends one create and one watch
+ * when it publishes, one search, and nothing more while nothing changes:
+ * its session's pings are all it costs after that.  Waiters of 1.6 still
+ * beat and search by their schedule, and wake a newer victim as before.
  *
  * src/deadlock.c
  *
@@ -164,6 +208,7 @@ zkd_wait_end(ZkdWait *w)
 	w->nblocked = 0;
 	w->listed = 0;
 	w->rewritten = false;
+	w->dirty = false;
 }
 
 /* The same members with the same records, in any order? */
@@ -286,7 +331,10 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	int			nblocked;
 	bool		changed;
 	bool		due;
-	bool		written;
+	bool		woken;
+	bool		wrote;
+	bool		found;
+	bool		again;
 	TimestampTz now = GetCurrentTimestamp();
 	MemoryContext cxt;
 	MemoryContext old;
@@ -297,6 +345,7 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	/* (an ERROR leaves it set: the transaction's end resets it) */
 	was = zks_set_activity(ZKS_ACTIVITY_DEADLOCK);
 	w->check_at = TimestampTzPlusMilliseconds(now, DeadlockTimeout);
+	woken = zkwr_woken(w);
 
 	/* what a check reads is dropped with it (an ERROR drops it too) */
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "zklock deadlock search",
@@ -309,29 +358,41 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 			   memcmp(blocked, w->blocked, sizeof(int) * nblocked) != 0);
 	w->nblocked = nblocked;
 	memcpy(w->blocked, blocked, sizeof(int) * nblocked);
-	due = zkwr_woken(w) || changed || w->search_at == 0 || now >= w->search_at;
 
-	/* publish, or beat (with the list as it is now) */
-	w->beat++;
+	/*
+	 * Write the record when it says something new: the local edges
+	 * changed, or a member woke us (the beat it waits for, see
+	 * beats_advanced).  Without a watch on it (no room in the watch
+	 * table, or a write that failed) a wake would go unseen: beat at
+	 * every check then, as zklock 1.6 did.
+	 */
+	if (changed || woken || !w->watching)
+		w->dirty = true;
+	due = woken || changed || (w->search_at != 0 && now >= w->search_at);
+	wrote = false;
 	if (w->record == NULL)
 	{
 		/* the record's path outlives this check */
 		MemoryContextSwitchTo(old);
-		written = zkwr_publish(w, resource, node, mode, leases, deadline);
+		w->beat++;
+		wrote = zkwr_publish(w, resource, node, mode, leases, deadline);
 		MemoryContextSwitchTo(cxt);
 		due = true;
+		if (!wrote)
+			goto failed;
 	}
-	else
-		written = zkwr_refresh(w, resource, node, mode, leases, deadline);
-	if (!written)
+	else if (w->dirty)
 	{
-		/* (a record gone is published next time) */
-		if (w->watching)
-			zks_unwatch_node(w->record);
-		w->watching = false;	/* no new check before check_at */
-		goto out;
+		w->beat++;
+		wrote = zkwr_refresh(w, resource, node, mode, leases, deadline);
+		if (!wrote)
+			goto failed;
 	}
-	zkwr_watch_own(w, deadline);
+	else if (!due)
+		goto out;				/* nothing new: no request at all */
+	w->dirty = false;
+	if (wrote || !w->watching)
+		zkwr_watch_own(w, deadline);
 	/* a wake that met our write: its event was spent on the write's */
 	due |= w->rewritten;
 	w->rewritten = false;
@@ -339,19 +400,17 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		goto out;
 
 	w->checks++;
-	factor = Min(1 << Min(w->checks, 10), MAX_INTERVAL_FACTOR);
-	w->search_at = TimestampTzPlusMilliseconds(now,
-											   (int64) DeadlockTimeout * factor);
 	first = palloc0(sizeof(Cycle));
-	if (zkd_search(w, deadline, first))
+	found = zkd_search(w, deadline, first);
+	again = first->again || !w->watching;
+	if (found)
 	{
 		/*
 		 * We are the victim of what we see.  Act only once every other
 		 * member has shown that its wait goes on (beats_advanced): wake
-		 * them, so that they beat now rather than at their next check,
-		 * and search again until they have, the same cycle with the same
-		 * records, for at most deadlock_timeout; the next check tries
-		 * again after that.
+		 * them, so that they beat now, and search again until they have,
+		 * the same cycle with the same records, for at most
+		 * deadlock_timeout; a later search tries again after that.
 		 */
 		TimestampTz limit;
 
@@ -365,15 +424,16 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 											DeadlockTimeout);
 		for (;;)
 		{
-			Cycle	   *again = palloc0(sizeof(Cycle));
+			Cycle	   *again_seen = palloc0(sizeof(Cycle));
 			TimestampTz nap = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  CONFIRM_NAP_MS);
 
 			(void) zks_wait_event(zks_event_mark(), Min(nap, limit));
-			if (!zkd_search(w, deadline, again) || !same_cycle(first, again))
+			if (!zkd_search(w, deadline, again_seen) ||
+				!same_cycle(first, again_seen))
 				break;			/* gone, or no longer ours to break */
-			if (beats_advanced(first, again))
-				deadlock_error(again);
+			if (beats_advanced(first, again_seen))
+				deadlock_error(again_seen);
 			if (GetCurrentTimestamp() >= limit)
 				break;
 		}
@@ -381,6 +441,29 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	else if (first->other != NULL)
 		zkwr_wake(w, first->other->path, first->other->data,
 				  first->other->len, first->other->version, deadline);
+
+	/*
+	 * A final answer ends the searching: nothing that could close a cycle
+	 * through us can happen without waking us or without a search of its
+	 * own (the head comment).  Anything else is asked again, at growing
+	 * intervals.
+	 */
+	if (again)
+	{
+		factor = Min(1 << Min(w->checks, 10), MAX_INTERVAL_FACTOR);
+		w->search_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												   (int64) DeadlockTimeout * factor);
+	}
+	else
+		w->search_at = 0;
+	goto out;
+
+failed:
+	/* (a record gone is published next time) */
+	if (w->watching)
+		zks_unwatch_node(w->record);
+	w->watching = false;
+	w->search_at = TimestampTzPlusMilliseconds(now, DeadlockTimeout);
 
 out:
 	MemoryContextSwitchTo(old);

@@ -27,15 +27,16 @@
 typedef struct ZkdWait
 {
 	TimestampTz check_at;		/* next check; 0 while not waiting */
-	TimestampTz search_at;		/* next search due by the schedule */
+	TimestampTz search_at;		/* next search again, or 0: none due */
 	int			checks;			/* searches so far */
 	char	   *record;			/* our published record's path, or NULL */
 	int64		record_czxid;
 	int32		record_version; /* its version as we last saw it */
 	bool		rewritten;		/* another member wrote it meanwhile */
 	bool		watching;		/* a data watch on our record is ours */
+	bool		dirty;			/* the record must be written (beat) */
 	ZksRequest *req;			/* our request of the check, while in flight */
-	uint64		beat;			/* the record's, advanced at every check */
+	uint64		beat;			/* the record's, advanced at every write */
 	int			listed;			/* a semaphore's leases at our last listing */
 	int			nblocked;		/* the local edges the record names */
 	int			blocked[ZKW_MAX_BLOCKED];
@@ -48,11 +49,13 @@ extern void zkd_wait_begin(ZkdWait *w);
 extern TimestampTz zkd_wake_at(ZkdWait *w, TimestampTz deadline);
 
 /*
- * If the check is due: publish the record (first time) or bring its
- * PostgreSQL-local edges up to date, search when a search is due (by the
- * schedule, because those edges changed, or because another member woke
- * us), and raise ERROR 40P01 if this waiter is the victim of a cycle seen
- * twice.  Any trouble asking ZooKeeper just defers the search.  resource
+ * If the check is due: publish the record (first time), look at the
+ * PostgreSQL-local edges and write them if they changed, search when
+ * something that could close a cycle through us happened (we published,
+ * those edges changed, another member woke us, or an earlier search had
+ * no final answer), and raise ERROR 40P01 if this waiter is the victim of
+ * a cycle seen twice.  A waiter in no cycle sends nothing after its first
+ * search.  Any trouble asking ZooKeeper just defers the search.  resource
  * and mode are the lock asked for, node our waiting node's full path;
  * for a semaphore's room (mode semaphore), node is the one we hold while
  * we wait and leases the parent of its leases (NULL otherwise).

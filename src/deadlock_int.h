@@ -14,8 +14,16 @@
 #include "deadlock.h"
 #include "waitgraph.h"
 
-#define MAX_MEMBERS		64		/* sessions followed in one search */
-#define MAX_EDGES		512
+/*
+ * Sessions and edges one search follows.  A search that meets more leaves
+ * paths out and is not final (it is made again later), so these must
+ * hold a long queue: K waiters of one exclusive lock are K members and
+ * K(K-1)/2 edges (each waits for everyone ahead).  1.6 stopped at 64 and
+ * 512, which a queue of 33 filled; edges are kept in a growing array and
+ * told apart with a bitmap of MAX_MEMBERS squared bits (128 kB).
+ */
+#define MAX_MEMBERS		1024
+#define MAX_EDGES		(1 << 20)
 #define MAX_RECORDS		4096
 
 /*
@@ -67,13 +75,17 @@ typedef struct Cycle
 	Member		m[MAX_MEMBERS];
 	bool		pg_edge[MAX_MEMBERS];	/* edge from m[k] to m[k + 1] */
 	Record	   *other;			/* else: the victim's record, to wake it */
+	bool		again;			/* no final answer: search again later */
 } Cycle;
 
 /*
  * One search for a cycle through us (waitsearch.c).  Returns true and
  * fills *cycle if there is one whose victim is us; otherwise, if there is
  * one whose victim is another member, cycle->other is that member's
- * record.  Any trouble asking ZooKeeper makes it return false.
+ * record.  Any trouble asking ZooKeeper makes it return false.  Sets
+ * cycle->again unless its answer is final: no cycle through us now, and
+ * none until a member publishes, writes its local edges or wakes us (see
+ * deadlock.c's head comment).
  */
 extern bool zkd_search(ZkdWait *w, TimestampTz deadline, Cycle *cycle);
 

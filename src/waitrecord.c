@@ -7,9 +7,10 @@
  * The record is an ephemeral node <zklock.root>/%waits/<session id> (see
  * deadlock.c for its part in the search).  This file makes it: it finds
  * the PostgreSQL-local edges into this waiter (the backends of its cluster
- * that wait for it in the lock manager), writes them with the beat at
- * every check, keeps a data watch on the record so that another member
- * can wake it by writing the record back, and wakes others so.
+ * that wait for it in the lock manager), writes them with the beat when
+ * they change or when another member wakes it (deadlock.c says when),
+ * keeps a data watch on the record so that another member can wake it
+ * by writing the record back, and wakes others so.
  *
  * src/waitrecord.c
  *
@@ -188,7 +189,8 @@ note_version(ZkdWait *w, int32 version)
  * and that write fired the old watch, whose event is forgotten here; the
  * versions tell it instead (note_version), in the write's reply or in
  * this read's.  Without room in the watch table we go without: the
- * schedule still searches.
+ * waiter then beats at every check and searches by the schedule
+ * (deadlock.c).
  */
 void
 zkwr_watch_own(ZkdWait *w, TimestampTz deadline)
@@ -331,10 +333,11 @@ zkwr_publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
  * nobody: so read the record again and write back what it holds now.  If
  * it holds what we read, the change was another member's wake (every
  * write of the owner's changes the beat), which has woken it already.  A
- * member writes once per deadlock_timeout, so a second try all but
- * always lands; WAKE_TRIES bounds it.  Any other outcome ends it: a
- * record gone is a wait ended, and without an answer the member's
- * schedule still searches.
+ * member writes only when woken or when its local edges change (at most
+ * once per deadlock_timeout), so a second try all but always lands;
+ * WAKE_TRIES bounds it.  Any other outcome ends it: a record gone is a
+ * wait ended, and without an answer our own search, which saw a cycle
+ * and so was not final, is made again later.
  */
 void
 zkwr_wake(ZkdWait *w, const char *path, const char *data, int len,

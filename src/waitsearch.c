@@ -53,15 +53,18 @@ typedef struct Search
 	int			nq;
 	Member		m[MAX_MEMBERS];
 	int			n;
-	ZkwEdge		e[MAX_EDGES];
-	bool		pg_edge[MAX_EDGES];
+	ZkwEdge    *e;				/* grown as needed, MAX_EDGES at most */
+	bool	   *pg_edge;
 	int			ne;
+	int			edge_room;
+	uint8	   *adjacent;		/* bit from * MAX_MEMBERS + to: an edge */
 	int			queue[MAX_MEMBERS];
 	int			qhead;
 	int			qtail;
 	TimestampTz deadline;
 	int			listed;			/* our own semaphore wait's last listing */
 	bool		failed;			/* ZooKeeper did not answer as needed */
+	bool		incomplete;		/* a path left out: the answer is not final */
 } Search;
 
 /* Read every record (one listing, the data sent back to back). */
@@ -118,6 +121,7 @@ read_records(Search *s)
 				break;
 			}
 		n = MAX_RECORDS;
+		s->incomplete = true;
 	}
 	s->records = palloc0(sizeof(Record) * Max(n, 1));
 	gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
@@ -201,7 +205,10 @@ member(Search *s, int64 session)
 		if (s->m[i].session == session)
 			return i;
 	if (s->n == MAX_MEMBERS)
+	{
+		s->incomplete = true;
 		return -1;
+	}
 	m = &s->m[s->n];
 	memset(m, 0, sizeof(Member));
 	m->session = session;
@@ -230,11 +237,24 @@ member(Search *s, int64 session)
 static void
 add_edge(Search *s, int from, int to, bool pg)
 {
-	if (from < 0 || to < 0 || s->ne == MAX_EDGES)
+	int			bit = from * MAX_MEMBERS + to;
+
+	if (from < 0 || to < 0)
 		return;
-	for (int i = 0; i < s->ne; i++)
-		if (s->e[i].from == from && s->e[i].to == to)
-			return;
+	if (s->adjacent[bit / 8] & (1 << (bit % 8)))
+		return;
+	if (s->ne == MAX_EDGES)
+	{
+		s->incomplete = true;
+		return;
+	}
+	if (s->ne == s->edge_room)
+	{
+		s->edge_room *= 2;
+		s->e = repalloc(s->e, sizeof(ZkwEdge) * s->edge_room);
+		s->pg_edge = repalloc(s->pg_edge, sizeof(bool) * s->edge_room);
+	}
+	s->adjacent[bit / 8] |= (1 << (bit % 8));
 	s->e[s->ne].from = from;
 	s->e[s->ne].to = to;
 	s->pg_edge[s->ne] = pg;
@@ -291,7 +311,10 @@ queue_of(Search *s, const char *parent)
 		if (strcmp(s->q[i].parent, parent) == 0)
 			return &s->q[i];
 	if (s->nq == MAX_MEMBERS)
+	{
+		s->incomplete = true;
 		return NULL;
+	}
 
 	lreq = zks_send_children(parent, false);
 	rc = zks_wait(lreq, s->deadline);
@@ -517,6 +540,7 @@ expand_semaphore(Search *s, int u)
 		 * remaining holder, on a cycle with us, made us a false victim).
 		 */
 		room = (u == 0 && s->listed > 0 && live < s->listed);
+		s->incomplete |= room;	/* (asked again once the wait has counted) */
 
 		for (int i = 0; i < n && !s->failed && !room; i++)
 		{
@@ -554,6 +578,11 @@ zkd_search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
 
 	s->deadline = deadline;
 	s->listed = w->listed;
+	s->edge_room = 256;
+	s->e = palloc(sizeof(ZkwEdge) * s->edge_room);
+	s->pg_edge = palloc(sizeof(bool) * s->edge_room);
+	s->adjacent = palloc0(MAX_MEMBERS * MAX_MEMBERS / 8);
+	cycle->again = true;		/* until the answer is final */
 	read_records(s);
 	if (s->failed)
 		return false;
@@ -585,7 +614,11 @@ zkd_search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
 	cyc = palloc(sizeof(int) * s->n);
 	len = zkw_find_cycle(s->n, s->e, s->ne, 0, cyc);
 	if (len == 0)
+	{
+		/* final, unless part of the graph was left out */
+		cycle->again = s->incomplete;
 		return false;
+	}
 
 	/*
 	 * The victim is chosen over everything on a cycle with us (our

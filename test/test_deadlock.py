@@ -475,24 +475,58 @@ def colliding_backends(primary, standby, limit=500):
                          % (limit, bp.pid, bs.pid))
 
 
-def own_record(ctx, pid):
-    """(beat, blocked pids) of the wait record of backend pid (on any
+def record_of(ctx, pid):
+    """(path, raw data, stat) of the wait record of backend pid (on any
     cluster: the tests that use it have one waiter), or None."""
     path = ctx.root + '/%waits'
     for name in (ctx.kz.get_children(path) if ctx.kz.exists(path) else []):
         try:
-            data = ctx.kz.get(path + '/' + name)[0].decode('utf-8', 'replace')
+            raw, st = ctx.kz.get(path + '/' + name)
         except Exception:
             continue                    # gone meanwhile
-        if ' pid=%d ' % pid not in data or ' beat=' not in data:
-            continue
-        beat = int(data.split(' beat=')[1].split(' ')[0])
-        blocked = []
-        if ' blocked=' in data:
-            blocked = [int(p) for p in
-                       data.split(' blocked=')[1].split(' ')[0].split(',')]
-        return beat, blocked
+        data = raw.decode('utf-8', 'replace')
+        if ' pid=%d ' % pid in data and ' beat=' in data:
+            return path + '/' + name, raw, st
     return None
+
+
+def own_record(ctx, pid, rec=None):
+    """(beat, blocked pids) of the wait record of backend pid (or of rec,
+    as record_of read it), or None."""
+    rec = rec or record_of(ctx, pid)
+    if rec is None:
+        return None
+    data = rec[1].decode('utf-8', 'replace')
+    beat = int(data.split(' beat=')[1].split(' ')[0])
+    blocked = []
+    if ' blocked=' in data:
+        blocked = [int(p) for p in
+                   data.split(' blocked=')[1].split(' ')[0].split(',')]
+    return beat, blocked
+
+
+def wake_and_see_it_checked(ctx, pid, what):
+    """Wake the waiter of backend pid as a member that found a cycle does
+    (its record written back unchanged, with the version read) and wait
+    until it has beaten for it.  A waiter checks once per wake, one check
+    after the other: once its beat has moved on, every search it started
+    before the wake is over.  (Since issue 38 nothing else makes a waiter
+    in no cycle write or search again.)"""
+    from kazoo.exceptions import BadVersionError
+    deadline = time.monotonic() + 30
+    while True:
+        rec = record_of(ctx, pid)
+        assert rec is not None, '%s: no wait record' % what
+        path, raw, st = rec
+        beat = own_record(ctx, pid, rec)[0]
+        try:
+            ctx.kz.set(path, raw, version=st.version)
+            break
+        except BadVersionError:
+            # it wrote meanwhile: read it again
+            assert time.monotonic() < deadline, '%s: no wake landed' % what
+    harness.wait_until(lambda: (own_record(ctx, pid) or (beat, []))[0] > beat,
+                       DEADLOCK_S + 10, what)
 
 
 def test_standby_holder_with_a_colliding_pid_is_no_deadlock(ctx):
@@ -536,20 +570,17 @@ def test_standby_holder_with_a_colliding_pid_is_no_deadlock(ctx):
             10, 'B waits for W\'s row')
 
         # W publishes B's wait (its check reads the lock manager, writes
-        # the list and then searches with it); two more beats prove that
-        # search over, with no 40P01
-        seen = {}
-
-        def searched_with_b():
+        # the list and then searches with it); a wake answered after it
+        # proves that search over, with no 40P01
+        def published_b():
             if fw.done():
                 return True
             rec = own_record(ctx, w.pid)
-            if rec is None or b.pid not in rec[1]:
-                return False
-            seen.setdefault('beat', rec[0])
-            return rec[0] >= seen['beat'] + 2
-        harness.wait_until(searched_with_b, DEADLOCK_S * 8 + 10,
-                           'W publishes B and searches with it')
+            return rec is not None and b.pid in rec[1]
+        harness.wait_until(published_b, DEADLOCK_S * 8 + 10,
+                           'W publishes B')
+        if not fw.done():
+            wake_and_see_it_checked(ctx, w.pid, 'W searched with B')
         if fw.done():
             o = outcome(fw, 0)
             detail = ''
@@ -643,8 +674,9 @@ def test_cycle_through_a_kazoo_semaphore_and_a_row_lock(ctx):
 def test_semaphore_holder_outside_the_cycle_is_no_deadlock(ctx):
     """The same with two leases, the other held by C on another cluster,
     which waits for nothing: W waits for A (on a cycle with it) or C (free
-    to go), so it is no deadlock.  W searches again and again (its record
-    beats) and gets no 40P01; when C commits, W gets the lease."""
+    to go), so it is no deadlock.  W searches when it publishes and again
+    each time it is woken (as a member that saw a cycle would wake it), and
+    gets no 40P01; when C commits, W gets the lease."""
     sem = 'dl-sem-free-%d' % (int(time.time() * 1000) % 100000)
     a = on(ctx, 0, 'dl-semf-a')
     w = on(ctx, 0, 'dl-semf-w')
@@ -658,10 +690,13 @@ def test_semaphore_holder_outside_the_cycle_is_no_deadlock(ctx):
     harness.wait_until(lambda: in_lock_wait(ctx, 0, a.pid), 10,
                        'A waits for the row lock')
     fw = w.submit('SELECT zk_lock_semaphore(%s, 2, %s::interval)', [sem, LONG])
-    # W's first search already sees A waiting for it; three checks (two
-    # searches among them) may not end its wait
-    harness.wait_until(lambda: (record_beat(ctx, w.pid) or 0) >= 3,
-                       DEADLOCK_S * 8, 'W checks three times')
+    # W's first search already sees A waiting for it; that search and two
+    # more, each woken as a member of a cycle would wake it, may not end
+    # its wait
+    harness.wait_until(lambda: record_beat(ctx, w.pid) is not None,
+                       DEADLOCK_S + 10, 'W publishes its record')
+    for i in range(2):
+        wake_and_see_it_checked(ctx, w.pid, 'W searches again (%d)' % i)
     assert not fw.done(), outcome(fw, 0)
     c.query('COMMIT')
     assert outcome(fw, 15) == 'granted'
@@ -702,6 +737,71 @@ def test_no_false_deadlock_in_a_long_queue(ctx):
     ctx.figure('long queue: grants in 30 s, no 40P01', counts['granted'])
     assert counts['granted'] > 32
     settle(ctx, [res])
+
+
+def packets_received(ctx):
+    """zk_packets_received summed over the suite's ZooKeeper servers."""
+    total = 0
+    for sid in ctx.zk.sids:
+        for line in ctx.zk.four_letter(sid, 'mntr').splitlines():
+            key, _, value = line.partition('\t')
+            if key == 'zk_packets_received':
+                total += int(value)
+    return total
+
+
+def requests_per_second(ctx, seconds):
+    """Requests per second ZooKeeper receives over `seconds` (its own
+    mntr polls are a few packets, within the bounds below)."""
+    before, t0 = packets_received(ctx), time.monotonic()
+    time.sleep(seconds)             # the measuring window itself
+    return (packets_received(ctx) - before) / (time.monotonic() - t0)
+
+
+def test_waiting_costs_nothing(ctx):
+    """Issue 38: K = 50 backends wait for one lock held by a backend idle
+    in its transaction, every wait past deadlock_timeout (its record
+    published, its first search made).  In steady state they cost
+    ZooKeeper less than 1 request per waiter per second beyond their
+    sessions' pings (the idle baseline of the same 51 sessions, measured
+    first, subtracted).  zklock 1.5 and 1.6 sent 7-12 per waiter per
+    second here (each waiter beat its record every deadlock_timeout and
+    searched again and again, reading every record).  Then the holder
+    commits and every waiter is granted in turn, no 40P01."""
+    k = 50
+    window_s = 10
+    res = 'dl-cost-k/r'
+    h = on(ctx, 0, 'dl-costk-h')
+    ws = [on(ctx, 0, 'dl-costk-%d' % i) for i in range(k)]
+    for i, b in enumerate([h] + ws):     # every backend's session made
+        assert b.scalar('SELECT zk_try_lock_exclusive(%s)',
+                        ['dl-cost-k/warm-%d' % i]) is True
+    harness.wait_until(lambda: not waits_left(ctx), 15, 'no wait record left')
+    idle = requests_per_second(ctx, window_s)
+    h.query('BEGIN')
+    token_of(h.submit('SELECT zk_lock_exclusive(%s)', [res]), 15)
+    futs = [b.submit('SELECT zk_lock_exclusive(%s, %s::interval)',
+                     [res, '180 s']) for b in ws]
+    ctx.zi.wait_contenders(res, k + 1, timeout=60)
+    harness.wait_until(lambda: len(waits_left(ctx)) >= k, DEADLOCK_S + 60,
+                       'every waiter publishes its record')
+    time.sleep(DEADLOCK_S * 3)      # past the first searches: steady state
+    waiting = requests_per_second(ctx, window_s)
+    per_waiter = (waiting - idle) / k
+    ctx.figure('%d waiters: requests per waiter per second beyond pings' % k,
+               round(per_waiter, 3))
+    assert not any(f.done() for f in futs), \
+        [outcome(f, 0) for f in futs if f.done()]
+    assert per_waiter < 1.0, \
+        '%d waiters cost %.1f requests/s (idle %.1f): %.2f per waiter ' \
+        'per second' % (k, waiting, idle, per_waiter)
+    h.query('COMMIT')
+    for i, f in enumerate(futs):
+        o = outcome(f, 60)
+        assert o == 'granted', 'waiter %d: %s' % (i, o)
+    settle(ctx, [res])
+    for b in [h] + ws:
+        b.close()
 
 
 def test_cycle_broken_by_a_timeout_has_no_victim(ctx):
