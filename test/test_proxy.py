@@ -172,6 +172,21 @@ def zk_status(b):
                                  server=row[2], reconnects=row[3])
 
 
+def wake_waiter(ctx, session_hex):
+    """Wake the waiter of a wait record as a member that found a cycle
+    whose victim it is does: write its record back unchanged, with the
+    version read (read again if the waiter wrote in between)."""
+    from kazoo.exceptions import BadVersionError
+    path = ctx.root + '/%waits/' + session_hex
+    for _ in range(10):
+        data, st = ctx.kz.get(path)
+        try:
+            return ctx.kz.set(path, data, version=st.version)
+        except BadVersionError:
+            continue
+    raise AssertionError('no wake of %s landed in 10 tries' % path)
+
+
 def lock_cycle(ctx, b, res, what='lock'):
     """BEGIN, an exclusive lock, COMMIT; waits until its node is gone.
     Opens the backend's session the first time."""
@@ -683,8 +698,14 @@ def test_i_deadlock_search_reads_each_queue_once(ctx):
         def searches():
             return [i for i, r in enumerate(sc.proxy.requests())
                     if r.op == OP_SYNC and r.path == waits]
+        wait_until(lambda: len(searches()) >= 1, 30,
+                   'the deadlock search of the waiter at the tail')
+        # a waiter in no cycle searches once (issue 38): wake it, as a
+        # member that saw a cycle would, for a second one that ends the
+        # slice of the first
+        wake_waiter(ctx, '%016x' % sc.proxy.connections()[-1].session_id)
         wait_until(lambda: len(searches()) >= 2, 30,
-                   'two deadlock searches of the waiter at the tail')
+                   'the search the wake starts')
         first, second = searches()[:2]
         one = sc.proxy.requests()[first:second]
         # (the data watch W keeps on its own record is no read of records)
@@ -1232,8 +1253,8 @@ def test_p_waiter_sends_idle_nudges_at_growing_gaps(ctx):
 # q, r: waking a deadlock victim (deadlock.c, waitrecord.c)
 # ---------------------------------------------------------------------------
 
-WAITS_DT = 0.3      # deadlock_timeout of q and r: beats every 0.3 s;
-                    # searches at 0.3, 0.9, 2.1 s, then every 2.4 s
+WAITS_DT = 0.3      # deadlock_timeout of q and r: the lock manager is
+                    # looked at every 0.3 s
 
 
 def rows_table(ctx, table):
@@ -1281,27 +1302,32 @@ def searched_within_beats(sc, waits, record, since, beats, what):
         what, first_sync, describe(seen))
 
 
-def test_q_wake_that_meets_the_waiters_beat_is_not_lost(ctx):
+def test_q_wake_that_meets_the_waiters_own_write_is_not_lost(ctx):
     """A member that finds a cycle whose victim is another wakes it by
     writing the victim's wait record back unchanged; the victim keeps a
-    data watch on its record for that.  Its own writes (a beat every
-    deadlock_timeout) fire that watch too, so it sets the watch again
-    after each and forgets what fired before.  A wake that reached the
-    server just before a beat was forgotten with it: its notification
-    came between the check's look at the watch and the beat's reply, and
-    the victim searched only at its schedule, seconds later (the
-    flakiness of test_deadlock's late-closing cycle).  Here the proxy
-    holds the waiter's beat while the runner writes the record back, as
-    a waking member does: the waiter must search in that very check."""
+    data watch on its record for that.  Its own writes fire that watch
+    too, so it sets the watch again after each and forgets what fired
+    before.  Up to 1.6 a waiter beat every deadlock_timeout, and a wake
+    that reached the server just before a beat was forgotten with it: the
+    victim searched only at its schedule, seconds later.  Since issue 38 a
+    waiter writes only when it publishes, when it is woken and when its
+    PostgreSQL-local edges change, and it searches after every such write
+    in the same check.  Here W holds a row that L then waits for: W's next
+    check writes L into its record, and the proxy holds that write while
+    the runner writes the record back, as a waking member does.  The wake
+    lands first, and W must search in that very check."""
     res = 'proxy-wake-beat'
     waits = ctx.root + '/%waits'
+    setup = rows_table(ctx, 'proxy_wake_rows')
     with Scene(ctx, 'wake-beat') as sc:
         sc.holder(sc.parent(res))
         w = sc.backend('proxy-wake-beat-w')
+        lb = ctx.backend('proxy-wake-beat-l')
         w.query("SET deadlock_timeout = '%dms'" % (WAITS_DT * 1000))
         w.query('BEGIN')
+        w.query('UPDATE proxy_wake_rows SET v = v + 1 WHERE id = 1')
         f = w.submit(LOCK_X, [res, '60 seconds'])
-        wait_searches(sc, waits, 3, 'the first three searches')
+        wait_searches(sc, waits, 1, 'the search when W publishes')
         fired = {}
 
         def hook(req):
@@ -1315,21 +1341,24 @@ def test_q_wake_that_meets_the_waiters_beat_is_not_lost(ctx):
             fired['req'] = req
             return None
         sc.proxy.hook = hook
-        wait_until(lambda: 'req' in fired, 10, 'a beat of the waiter')
+        fl = lb.submit('UPDATE proxy_wake_rows SET v = v + 1 WHERE id = 1')
+        wait_until(lambda: 'req' in fired, 10, "W's write of L's wait")
         sc.proxy.hook = None
         beat = fired['req']
-        wait_until(lambda: beat.reply is not None, 10, "the beat's reply")
+        wait_until(lambda: beat.reply is not None, 10, "the write's reply")
         # the race happened: the wake was written, over the waiter's last
-        # write, before its beat went on; the beat came after it
+        # write, before its own write went on; that came after it
         assert beat.reply.err == ZOK, beat.reply
         assert fired['woke'] == fired['read'] + 1, fired
         assert ctx.kz.exists(beat.path).version >= fired['woke'] + 1
         searched_within_beats(sc, waits, beat.path, beat.time, 0,
-                              'woken during its beat')
+                              'woken during its write')
         assert not f.done()
         w.cancel()
         expect_sqlstate(f, '57014', 15, 'the cancelled waiter')
         w.query('ROLLBACK')
+        fl.result(15)
+    setup.query('DROP TABLE proxy_wake_rows')
 
 
 def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
@@ -1338,11 +1367,12 @@ def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
     for W's row lock, long after X's and W's records were published, so
     only W's check sees the cycle close.  X's record is the youngest, so
     W wakes X, writing X's record back with the version it read.  The
-    proxy holds that write until X's own beat has changed the version:
-    ZooKeeper refuses the wake (BADVERSION).  Before the fix nobody woke
-    X and it found the cycle at its schedule; now W reads the record
-    again and writes it back with the new version, and X searches at
-    once."""
+    proxy holds that write until X's own write has changed the version
+    (L starts to wait for a row X holds, and X's next check writes L's
+    wait into its record): ZooKeeper refuses the wake (BADVERSION).
+    Before the fix nobody woke X and it found the cycle at its schedule
+    (since issue 38 it has none); now W reads the record again and
+    writes it back with the new version, and X searches at once."""
     tag = 'proxy-rewake-%d' % (int(time.time() * 1000) % 100000)
     r1, r2 = tag + '/r1', tag + '/r2'
     waits = ctx.root + '/%waits'
@@ -1353,16 +1383,20 @@ def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
         x = sx.backend('proxy-rewake-x')
         w = sw.backend('proxy-rewake-w')
         h = ctx.backend('proxy-rewake-h')
+        lb = ctx.backend('proxy-rewake-l')
+        setup.query('INSERT INTO proxy_rows VALUES (2, 0) '
+                    'ON CONFLICT DO NOTHING')
         for b in (x, w, h):
             b.query("SET deadlock_timeout = '%dms'" % (WAITS_DT * 1000))
             b.query('BEGIN')
         w.query('UPDATE proxy_rows SET v = v + 1 WHERE id = 1')
+        x.query('UPDATE proxy_rows SET v = v + 1 WHERE id = 2')
         token_of(x.submit(LOCK_X, [r2, '60 seconds']), 15, 'X holds r2')
         token_of(h.submit(LOCK_X, [r1, '60 seconds']), 15, 'H holds r1')
         fw = w.submit(LOCK_X, [r2, '60 seconds'])
         wait_searches(sw, waits, 1, "W's record")
         fx = x.submit(LOCK_X, [r1, '60 seconds'])
-        wait_searches(sx, waits, 3, "X's first three searches")
+        wait_searches(sx, waits, 1, "X's search when it publishes")
         record = '%s/%016x' % (waits, sx.proxy.connections()[-1].session_id)
         assert ctx.kz.exists(record), record
         fired = {}
@@ -1370,8 +1404,10 @@ def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
         def hook(req):
             if fired or req.op != OP_SETDATA or req.path != record:
                 return None
-            # W's wake: keep it until X's own beat has moved the version
+            # W's wake: keep it until X's own write has moved the version
             seen = ctx.kz.exists(record).version
+            fired['l'] = lb.submit('UPDATE proxy_rows SET v = v + 1 '
+                                   'WHERE id = 2')
             deadline = time.monotonic() + 5
             while ctx.kz.exists(record).version == seen and \
                     time.monotonic() < deadline:
@@ -1380,7 +1416,7 @@ def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
             return None
         sw.proxy.hook = hook
         fh = h.submit('UPDATE proxy_rows SET v = v + 1 WHERE id = 1')
-        wait_until(lambda: fired, 10, "W's wake of X")
+        wait_until(lambda: 'req' in fired, 10, "W's wake of X")
         sw.proxy.hook = None
         wake = fired['req']
         wait_until(lambda: wake.reply is not None, 10, "the wake's reply")
@@ -1398,6 +1434,7 @@ def test_r_wake_refused_for_an_old_version_is_sent_again(ctx):
                               'X after the refused wake')
         expect_sqlstate(fx, '40P01', 15, 'X, the victim')
         x.query('ROLLBACK')
+        fired['l'].result(15)
         token_of(fw, 15, 'W after the victim')
         w.query('COMMIT')
         fh.result(15)
