@@ -212,20 +212,21 @@ class Sessions:
                 pg.dsn() + ' application_name=waitcost-waiter connect_timeout=30',
                 async_=1))
         _drive(self.waiters, 120, '%d waiter connections' % self.k)
-        # its own ZooKeeper session for every backend: a lock call on a name
-        # of its own (granted and released at once), in the layout measured
+        # its own ZooKeeper session for every backend: a try-lock call (in
+        # the layout measured) on the case's connect name, granted and
+        # released at once or refused, then one parent left, not K
         sids = set()
         for i, c in enumerate(self.holders):
             with c.cursor() as cur:
                 cur.execute('SET zklock.protocol = %s', [self.protocol])
                 cur.execute('SELECT zk_try_lock_exclusive(%s)',
-                            ['bench-waitcost-connect-%s-h%d' % (self.tag, i)])
+                            ['bench-waitcost-connect-%s' % self.tag])
                 cur.execute('SELECT session_id FROM zk_status()')
                 sids.add(cur.fetchone()[0])
         for stmt, args in (
                 ('SET zklock.protocol = %s', lambda i: [self.protocol]),
                 ('SELECT zk_try_lock_exclusive(%s)',
-                 lambda i: ['bench-waitcost-connect-%s-w%d' % (self.tag, i)]),
+                 lambda i: ['bench-waitcost-connect-%s' % self.tag]),
                 ('SELECT session_id FROM zk_status()', lambda i: None)):
             for i, c in enumerate(self.waiters):
                 cur = self.cursors.setdefault(c, c.cursor())
@@ -589,13 +590,20 @@ def deadlocks(bench, kz, quick, dt, tag):
             fb = b.submit("SELECT zk_lock_exclusive(%s, '60 s')", [x])
             fb.add_done_callback(lambda f: done.setdefault('b', time.monotonic()))
             harness.wait_until(lambda: fa.done() or fb.done(), 30, 'the 40P01',
-                               interval=0.002)
-            first = 'a' if fa.done() else 'b'
+                               interval=0.005)
+            # the victim's error ends its transaction and lets its lock go,
+            # so the other call may be granted before this loop looks:
+            # the victim is the call that failed, whichever ended first
+            time.sleep(0.2)
+            codes = {k: getattr(f.exception(), 'pgcode', None) if f.done() else 'waiting'
+                     for k, f in (('a', fa), ('b', fb))}
+            victims = [k for k, c in codes.items() if c == '40P01']
+            if len(victims) != 1:
+                raise RuntimeError('%d calls ended with 40P01 (a: %s, b: %s)'
+                                   % (len(victims), codes['a'], codes['b']))
+            first = victims[0]
             victim, other = (fa, fb) if first == 'a' else (fb, fa)
             vb, ob = (a, b) if first == 'a' else (b, a)
-            e = victim.exception()
-            if getattr(e, 'pgcode', None) != '40P01':
-                raise RuntimeError('the first call to end ended with %r, not 40P01' % (e,))
             secs = done[first] - t0
             vb.query('ROLLBACK')
             other.result(timeout=30)        # granted once the victim let go
