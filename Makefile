@@ -99,11 +99,13 @@ fuzz:
 # ZooKeeper ensemble (fsync on) and PostgreSQL, measures zklock, rawzk
 # recipe (zklock's protocol in C), Curator and kazoo side by side in 5
 # interleaved rounds (uncontended, contended N = 2..64, handoff latency,
-# semaphores, herd, many locks, arrays, memory), prints the targets of
-# issue 18 and writes bench/results.md and bench/handoffs.png.  ~22 min
+# semaphores, herd, many locks, arrays, memory, statistics, tail, the
+# cost of waiting), prints the targets of issue 18 and writes
+# bench/results.md and bench/handoffs.png.  ~22 min
 # on 2 cores (up to 30 on a loaded host); QUICK=1: 1 round, short; ZK_SERVERS=1 for
 # standalone; ZK_FSYNC=0 for forceSync=no; BENCH_ONLY=latency,semaphore
-# some parts; BENCH_OUT=dir writes elsewhere; BENCH_NO_INSTALL=1 measures
+# some parts (BENCH_WAITCOST=full: the waitcost part's whole grid);
+# BENCH_OUT=dir writes elsewhere; BENCH_NO_INSTALL=1 measures
 # the installed extension without building or installing it.
 .PHONY: bench
 bench:

@@ -28,6 +28,20 @@
  *              before acquire() and after release() returns), and the
  *              sessions' reconnects (RECONNECTED and LOST states) are
  *              counted: adds reconnects= to the line.
+ *   wait       what waiting costs (issue 38, bench/waitcost_part.py): no
+ *              loop.  CLIENTS = K + 1 sessions (each its own
+ *              CuratorFramework, as in every mode) connect and the program
+ *              prints "connected", then waits for a line on stdin ("go",
+ *              within 600 s): client 0 acquires the InterProcessMutex and
+ *              holds it, the K others call acquire(SECONDS, s) on it, one
+ *              thread each, and "waiting" is printed once every acquire()
+ *              has been called (the caller counts the queue's nodes).  The
+ *              next line on stdin (or its end, or 600 s) stops them: the
+ *              waiters' threads are interrupted (acquire() deletes its node
+ *              and throws), the holder releases, every client is closed,
+ *              and one line is printed: clients=N waited=K granted=G
+ *              (G: waiters granted before the stop, 0 when all went well).
+ *              WARMUP_S is ignored.
  *
  * Prints one line:
  *   clients=16 cycles=12345 total=15000 seconds=5.000 per_second=2469.0 us_per_cycle=405.0
@@ -66,7 +80,7 @@ public class CuratorBench {
     public static void main(String[] args) throws Exception {
         if (args.length < 5 || args.length > 7) {
             System.err.println("usage: CuratorBench HOSTS PATH CLIENTS WARMUP_S SECONDS "
-                               + "[mutex|latency|tail|semaphore [LEASES]]");
+                               + "[mutex|latency|tail|semaphore [LEASES]|wait]");
             System.exit(2);
         }
         final String hosts = args[0];
@@ -78,6 +92,10 @@ public class CuratorBench {
         final int leases = args.length > 6 ? Integer.parseInt(args[6]) : 3;
         final boolean latency = mode.equals("latency");
         final boolean tail = mode.equals("tail");
+        if (mode.equals("wait")) {
+            waitMode(hosts, path, n, seconds);
+            return;
+        }
         if (!mode.equals("mutex") && !latency && !tail && !mode.equals("semaphore")) {
             System.err.println("CuratorBench: unknown mode " + mode);
             System.exit(2);
@@ -231,5 +249,85 @@ public class CuratorBench {
                           n, cycles, releases.get(), secs, cycles / secs,
                           cycles > 0 ? 1e6 * secs / cycles : 0.0, extra);
         System.exit(0);
+    }
+
+    /* one line of stdin, or null at its end or after timeoutMs */
+    static String readLine(java.io.BufferedReader in, long timeoutMs) throws Exception {
+        final String[] got = new String[1];
+        Thread t = new Thread(() -> {
+            try {
+                got[0] = in.readLine();
+            } catch (java.io.IOException e) {
+                got[0] = null;
+            }
+        });
+        t.setDaemon(true);
+        t.start();
+        t.join(timeoutMs);
+        return got[0];
+    }
+
+    /* the wait mode (see the head comment) */
+    static void waitMode(String hosts, String path, int n, double seconds) throws Exception {
+        final java.io.BufferedReader in =
+            new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
+        final List<CuratorFramework> clients = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            CuratorFramework c = CuratorFrameworkFactory.builder()
+                .connectString(hosts)
+                .sessionTimeoutMs(10000)
+                .connectionTimeoutMs(15000)
+                .retryPolicy(new ExponentialBackoffRetry(100, 3))
+                .build();
+            c.start();
+            if (!c.blockUntilConnected(15, TimeUnit.SECONDS))
+                throw new RuntimeException("no session with " + hosts);
+            clients.add(c);
+        }
+        System.out.println("connected");
+        System.out.flush();
+        readLine(in, 600000);
+        InterProcessMutex holder = new InterProcessMutex(clients.get(0), path);
+        holder.acquire();
+        final AtomicLong granted = new AtomicLong();
+        final AtomicLong errors = new AtomicLong();
+        final CountDownLatch called = new CountDownLatch(n - 1);
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 1; i < n; i++) {
+            final InterProcessMutex m = new InterProcessMutex(clients.get(i), path);
+            Thread t = new Thread(() -> {
+                called.countDown();
+                try {
+                    if (m.acquire((long) (seconds * 1000), TimeUnit.MILLISECONDS)) {
+                        granted.incrementAndGet();
+                        m.release();
+                    }
+                } catch (InterruptedException e) {
+                    // the stop: acquire() deleted the waiter's node
+                } catch (Exception e) {
+                    if (!(e.getCause() instanceof InterruptedException)) {
+                        errors.incrementAndGet();
+                        e.printStackTrace();
+                    }
+                }
+            });
+            t.start();
+            threads.add(t);
+        }
+        called.await(60, TimeUnit.SECONDS);
+        System.out.println("waiting");
+        System.out.flush();
+        readLine(in, 600000);
+        for (Thread t : threads)
+            t.interrupt();
+        for (Thread t : threads)
+            t.join(20000);
+        holder.release();
+        for (CuratorFramework c : clients)
+            c.close();
+        System.out.println("clients=" + n + " waited=" + (n - 1) + " granted=" + granted.get()
+                           + " errors=" + errors.get());
+        System.out.flush();
+        System.exit(errors.get() > 0 ? 1 : 0);
     }
 }

@@ -25,6 +25,19 @@ After WARMUP_S seconds the cycles are counted for SECONDS.  MODE:
              "START_NS END_NS" (time.monotonic_ns(), CLOCK_MONOTONIC:
              before acquire() and after release() returns), and the
              sessions' suspensions are counted: adds reconnects=.
+  wait       what waiting costs (issue 38, bench/waitcost_part.py): no
+             loop, and threads, not processes (one process for hundreds of
+             sessions).  CLIENTS = K + 1 KazooClients (each its own
+             session) connect and "connected" is printed; then a line on
+             stdin ("go", within 600 s): client 0 acquires the Lock and
+             holds it, the K others call acquire(timeout=SECONDS), one
+             thread each, and "waiting" is printed once every acquire()
+             has been called (the caller counts the queue's nodes).  The
+             next line on stdin (or its end, or 600 s) stops them: every
+             waiter's Lock is cancelled (acquire() deletes its node and
+             raises CancelledError), the holder releases, every client is
+             closed, and one line is printed: clients=N waited=K granted=G
+             (G: waiters granted before the stop).  WARMUP_S is ignored.
 
 Prints:
     clients=16 cycles=12345 total=15000 seconds=5.000 per_second=2469.0 us_per_cycle=405.0
@@ -105,7 +118,74 @@ def worker(hosts, path, mode, leases, counter, ready, go, stop, failed, records)
             records.put([])
 
 
+def read_line(timeout):
+    """One line of stdin, or '' at its end or after `timeout` seconds."""
+    import select
+    r, _, _ = select.select([sys.stdin], [], [], timeout)
+    return sys.stdin.readline() if r else ''
+
+
+def wait_mode(hosts, path, n, seconds):
+    """The wait mode (see the head comment)."""
+    import threading
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import CancelledError
+    from kazoo.recipe.lock import Lock
+    clients = []
+    try:
+        for _ in range(n):
+            kz = KazooClient(hosts=hosts, timeout=10)
+            kz.start(timeout=15)
+            clients.append(kz)
+        print('connected', flush=True)
+        read_line(600)
+        holder = Lock(clients[0], path, 'kazoo-bench')
+        holder.acquire()
+        granted, errors = [0], [0]
+        called = threading.Semaphore(0)
+
+        def waiter(lock):
+            called.release()
+            try:
+                if lock.acquire(timeout=seconds):
+                    granted[0] += 1
+                    lock.release()
+            except CancelledError:
+                pass                    # the stop: its node deleted
+            except Exception as e:      # noqa: BLE001 (reported, counted)
+                errors[0] += 1
+                print('kazoo_bench waiter: %r' % e, file=sys.stderr)
+        locks = [Lock(kz, path, 'kazoo-bench') for kz in clients[1:]]
+        threads = [threading.Thread(target=waiter, args=(lk,), daemon=True)
+                   for lk in locks]
+        for t in threads:
+            t.start()
+        for _ in threads:
+            called.acquire(timeout=60)
+        print('waiting', flush=True)
+        read_line(600)
+        for lk in locks:
+            lk.cancel()
+        for t in threads:
+            t.join(20)
+        holder.release()
+        print('clients=%d waited=%d granted=%d errors=%d'
+              % (n, n - 1, granted[0], errors[0]), flush=True)
+        if errors[0]:
+            raise SystemExit(1)
+    finally:
+        for kz in clients:
+            try:
+                kz.stop()
+                kz.close()
+            except Exception:           # noqa: BLE001 (closing anyway)
+                pass
+
+
 def main():
+    if len(sys.argv) == 7 and sys.argv[6] == 'wait':
+        wait_mode(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[5]))
+        return
     if len(sys.argv) not in (6, 7, 8):
         print(__doc__, file=sys.stderr)
         sys.exit(2)

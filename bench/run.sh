@@ -15,6 +15,10 @@
 #                               skip building and installing the extension
 #                               (measure whatever is installed); only the
 #                               peers are built
+#   PG_CONFIG=/opt/zklock-pg/17/bin/pg_config bash bench/run.sh --only waitcost --out /tmp/w
+#                               another PostgreSQL (default: Debian's 15): the
+#                               extension is built and installed for it, and
+#                               the bench's clusters and pgbench are its
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

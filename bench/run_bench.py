@@ -20,7 +20,7 @@ all alike); every figure the median over the rounds and every ratio the
 median of the per-round ratios; host CPU steal recorded (/proc/stat).
 QUICK=1: 1 round, 2 s measurements, fewer array and memory cycles.
 
-Time: about 22 minutes on this 2-core VM, plus 8 for the stats part and 28 for the tail part.  To stay under ~35 minutes
+Time: about 22 minutes on this 2-core VM, plus 8 for the stats part, 28 for the tail part and 9 for the waitcost part.  To stay under ~35 minutes
 with five rounds on three servers, the default run measures 3 s per figure
 (4 s per handoff-latency figure) after a 1 s warm-up (2 s for Curator's
 JIT), leaves out the reference-only uncontended rows (rawzk pipelined and
@@ -90,6 +90,15 @@ Parts (--only takes a comma-separated list of these names):
                (one handoff and one hold: a stalled handoff shows here);
                connections that timed out (zklock: libzookeeper's "timed
                out" lines in the server log) or reconnected (the peers).
+  waitcost     what waiting costs the ensemble (issue 38): K waiters on one
+               lock behind an idle holder, requests per waiter per second
+               beyond the sessions' pings (mntr, the idle baseline
+               subtracted): zklock exclusive at K = 10, 100, 500 (500 over
+               two clusters), shared, semaphore, Curator's and kazoo's
+               layouts at K = 100, Curator InterProcessMutex and kazoo Lock
+               waiters at K = 100; and the time from a deadlock cycle's
+               closing to its 40P01 (bench/waitcost_part.py; ~9 min;
+               --waitcost full: the whole grid).
 
 Writes results.md and handoffs.png (gnuplot: handoffs per second against N,
 and handoff latency) into bench/ (or --out), raw numbers in
@@ -115,6 +124,7 @@ BUILD = os.path.join(HERE, 'build')
 sys.path.insert(0, os.path.join(ROOT, 'test', 'lib'))
 import harness  # noqa: E402
 import stats_part  # noqa: E402
+import waitcost_part  # noqa: E402
 
 PGBENCH = harness.PG_BIN + '/pgbench'
 RAWZK = os.path.join(BUILD, 'rawzk')
@@ -1234,6 +1244,10 @@ class Bench:
         """Statistics on against off (issue 32): bench/stats_part.py."""
         stats_part.run(self)
 
+    def part_waitcost(self):
+        """What waiting costs (issue 38): bench/waitcost_part.py."""
+        waitcost_part.run(self)
+
     # -- tail latency (issue 27) ---------------------------------------------
 
     TAIL = [
@@ -1512,6 +1526,7 @@ def targets(res):
     out = []
     tail_targets(res, out)
     out.extend(stats_part.targets(res))
+    out.extend(waitcost_part.targets(res))
 
     def at_least(label, x, bound):
         out.append((label, x, x is not None and x >= bound))
@@ -2327,6 +2342,7 @@ def write_markdown(res, info, path, elapsed, load):
         for name, value, ok in fresh_targets(res):
             L.append('| %s | %s | %s |' % (name, fmt(value, '%.3f'), 'yes' if ok else '**no**'))
     stats_part.report(res, L)
+    waitcost_part.report(res, L)
     tail = res.get('tail') or {}
     if any(isinstance(v, dict) and any(isinstance(k, int) for k in v)
            for v in tail.values()):
@@ -2388,13 +2404,14 @@ def write_markdown(res, info, path, elapsed, load):
     L.append('make bench ZK_SERVERS=1    # standalone ZooKeeper instead of 3 servers')
     L.append('make bench ZK_FSYNC=0      # ZooKeeper with forceSync=no, as make test')
     L.append('make bench BENCH_ONLY=latency,semaphore BENCH_OUT=/tmp/b   # some parts only')
+    L.append('make bench BENCH_ONLY=waitcost BENCH_OUT=bench/waitcost   # the cost of waiting (issue 38)')
     L.append('```')
     with open(path, 'w') as f:
         f.write('\n'.join(L) + '\n')
 
 
 PARTS = ('uncontended', 'contended', 'latency', 'semaphore', 'herd', 'many',
-         'arrays', 'memory', 'fresh', 'stats', 'tail')
+         'arrays', 'memory', 'fresh', 'stats', 'tail', 'waitcost')
 
 
 def self_many(res):
@@ -2424,6 +2441,13 @@ def main():
     ap.add_argument('--tail-peer-seconds', type=int,
                     default=int(os.environ.get('BENCH_TAIL_PEER_SECONDS') or 120),
                     help='tail part: each peer\'s window at each N (default 120)')
+    ap.add_argument('--waitcost', choices=('default', 'full'),
+                    default=os.environ.get('BENCH_WAITCOST') or 'default',
+                    help='waitcost part: the default cases or the full grid '
+                    '(every mode and layout at K = 10, 100, 500)')
+    ap.add_argument('--waitcost-seconds', type=int,
+                    default=int(os.environ.get('BENCH_WAITCOST_SECONDS') or 0),
+                    help='waitcost part: each window (default 16 s, QUICK 8)')
     ap.add_argument('--ownwatch', type=int, choices=(0, 1),
                     default=int(os.environ.get('BENCH_OWNWATCH') or OWNWATCH),
                     help='RAWZK_OWNWATCH for rawzk recipe (default %d)' % OWNWATCH)
