@@ -36,9 +36,11 @@
  * wait, and the rule below picked X).  So the PostgreSQL-local edges are
  * published too, by their heads: each record lists the backends of its
  * cluster that wait in the lock manager for its waiter ("blocked=", found
- * by walking pg_blocking_pids backwards from our own pid), and a search
- * takes those edges from the records only, never from what its own
- * cluster alone shows.  A holder is the head of such an edge only if its
+ * by walking pg_blocking_pids backwards from our own pid), and while
+ * that list is not empty a twin of the record beside it
+ * (<session>-blocked, the same data) shows it without the record's being
+ * read; a search takes those edges from the twins only, never from what
+ * its own cluster alone shows.  A holder is the head of such an edge only if its
  * owner line names the record's very postmaster (zkw_same_backend), not
  * just its system identifier.  Every edge of the graph is then either a queue
  * in ZooKeeper or a line of a record in ZooKeeper, and two searches that
@@ -88,13 +90,16 @@
  * README) is read only as far as it parses, and a record whose waiting
  * node is not its own session's is ignored.
  *
- * A search is a few round trips: the records (one listing, their data
- * sent back to back), then for each waiter on the path its queue and the
- * owners of its own node and of the contenders ahead of it; a queue is
- * listed, and each of its nodes read, once per search, however many of
- * its waiters are followed (a waiter behind K others reads about 2K
- * nodes and records).  A lock granted at once or within deadlock_timeout
- * costs nothing.
+ * A search is a few round trips: one listing of the records and their
+ * twins (the twins read, back to back: one per waiter with local edges,
+ * most often none), then for each waiter on the path its queue and the
+ * owners of its own node and of the queue's holders ahead of it, and the
+ * records of the sessions met.  The waiters between a waiter and its
+ * queue's holders lead nowhere the holders do not (waitsearch.c), so a
+ * waiter behind K others reads about four nodes and records, not 2K as
+ * in 1.6.  A queue is listed, and each of its nodes read, once per
+ * search.  A lock granted at once or within deadlock_timeout costs
+ * nothing.
  *
  * When a waiter searches (issue 38: waiting costs nothing).  zklock 1.6's
  * waiters beat their records every deadlock_timeout and searched again at
@@ -138,7 +143,12 @@
  * as 1.6 did.  A waiter in no cycle thus sends one create and one watch
  * when it publishes, one search, and nothing more while nothing changes:
  * its session's pings are all it costs after that.  Waiters of 1.6 still
- * beat and search by their schedule, and wake a newer victim as before.
+ * beat and search by their schedule, and wake a newer victim as before;
+ * but they write no twins, so a newer search does not see their local
+ * edges, and their searches follow every waiter of a queue, so in a
+ * rolling upgrade a cycle through both can wait for its timeout, or, when
+ * a 1.6 member is the youngest of its larger component, end with two
+ * 40P01 (README, Deadlocks).
  *
  * src/deadlock.c
  *
@@ -199,6 +209,9 @@ zkd_wait_end(ZkdWait *w)
 	if (w->watching)
 		zks_unwatch_node(w->record);	/* (it fires at the delete) */
 	w->watching = false;
+	if (w->twin != NULL)
+		zks_delete_async(w->twin);
+	w->twin = NULL;
 	if (w->record != NULL)
 		zks_delete_async(w->record);
 	w->record = NULL;

@@ -30,6 +30,7 @@ typedef struct ZkdWait
 	TimestampTz search_at;		/* next search again, or 0: none due */
 	int			checks;			/* searches so far */
 	char	   *record;			/* our published record's path, or NULL */
+	char	   *twin;			/* its twin's (local edges listed), or NULL */
 	int64		record_czxid;
 	int32		record_version; /* its version as we last saw it */
 	bool		rewritten;		/* another member wrote it meanwhile */

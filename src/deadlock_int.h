@@ -16,20 +16,22 @@
 
 /*
  * Sessions and edges one search follows.  A search that meets more leaves
- * paths out and is not final (it is made again later), so these must
- * hold a long queue: K waiters of one exclusive lock are K members and
- * K(K-1)/2 edges (each waits for everyone ahead).  1.6 stopped at 64 and
- * 512, which a queue of 33 filled; edges are kept in a growing array and
- * told apart with a bitmap of MAX_MEMBERS squared bits (128 kB).
+ * paths out and is not final (it is made again later).  Since issue 38 a
+ * queue's waiters lead to its holders only (waitsearch.c), so a long
+ * queue is a few members, not one per waiter; 1.6 had an edge from each
+ * waiter to everyone ahead, and a queue of 33 filled its 512 edges.
+ * Edges are kept in a growing array and told apart with a bitmap of
+ * MAX_MEMBERS squared bits (8 kB).
  */
-#define MAX_MEMBERS		1024
-#define MAX_EDGES		(1 << 20)
-#define MAX_RECORDS		4096
+#define MAX_MEMBERS		256
+#define MAX_EDGES		(MAX_MEMBERS * MAX_MEMBERS)
+#define MAX_RECORDS		4096	/* twins (local edges) read in one search */
 
 /*
  * Reads of wait records in flight at once, and the most record data one
- * search keeps.  Every record is read (ZKS_MAX_VALUE_BYTES at most each),
- * but only READ_WINDOW replies wait at once, and a search whose records
+ * search keeps.  Every twin (a list of local edges) is read, and the
+ * records of the sessions the search meets (ZKS_MAX_VALUE_BYTES at most
+ * each), but only READ_WINDOW replies wait at once, and a search whose records
  * add up to more than MAX_SEARCH_BYTES gives up this round: zklock's own
  * records are at most a few kB, one per waiting session, so only a client
  * that writes large records under %waits (one per session it opens: a

@@ -43,6 +43,38 @@ zkw_blockers(const ZkrContender *c, const int64_t *owners, int n,
 	return k;
 }
 
+int
+zkw_holders_ahead(const ZkrContender *c, int n, const char *self, int *out)
+{
+	int			me = -1;
+	int			first = -1;
+	int			first_x = -1;
+	int			k = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (strcmp(c[i].name, self) == 0)
+			me = i;
+		if (first < 0 || zkr_contender_cmp(&c[i], &c[first]) < 0)
+			first = i;
+		if (c[i].mode == ZKR_MODE_EXCLUSIVE &&
+			(first_x < 0 || zkr_contender_cmp(&c[i], &c[first_x]) < 0))
+			first_x = i;
+	}
+	if (me < 0)
+		return -1;
+	for (int i = 0; i < n; i++)
+	{
+		if (i == me || zkr_contender_cmp(&c[i], &c[me]) >= 0)
+			continue;
+		if (i == first ||
+			(c[i].mode != ZKR_MODE_EXCLUSIVE &&
+			 (first_x < 0 || zkr_contender_cmp(&c[i], &c[first_x]) < 0)))
+			out[k++] = i;
+	}
+	return k;
+}
+
 bool
 zkw_same_instance(const ZkwBackend *a, const ZkwBackend *b)
 {

@@ -34,6 +34,16 @@ extern int	zkw_blockers(const ZkrContender *c, const int64_t *owners, int n,
 						 int *out);
 
 /*
+ * The contenders ahead of self that hold the lock by the recipe's order
+ * and mode alone (exclusive: nothing ahead of it; shared: no exclusive
+ * ahead), whoever owns them: the queue's holders, every one of them
+ * ahead of every waiter.  Writes their indexes to out[] (room for n) and
+ * returns how many; -1 if self is not among the contenders.  Linear in n.
+ */
+extern int	zkw_holders_ahead(const ZkrContender *c, int n, const char *self,
+							  int *out);
+
+/*
  * A backend, as owner lines and wait records name it: a cluster instance
  * (system identifier and postmaster start time) and a pid in it.
  *

@@ -23,6 +23,7 @@
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/fmgrprotos.h"
+#include "utils/memutils.h"
 #include "utils/wait_event.h"
 
 #include "deadlock.h"
@@ -165,6 +166,73 @@ format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 }
 
 /*
+ * Keep the twin of our record (waitrecord.h) while our list of local
+ * edges is not empty, with the record's data; delete it when the list
+ * empties.  Written before the record, on the same connection, so that a
+ * search that reads the record's new version (the search of our own that
+ * follows, among them) finds the twin as new: ZooKeeper applies one
+ * session's requests in order.  A twin whose delete is still on its way
+ * lists edges that may be gone, as a record not yet rewritten does; the
+ * victim acts only on a cycle seen twice with every member's beat moved
+ * on (deadlock.c).  Its path is kept where the record's is.  Returns
+ * false if ZooKeeper would not have it now.
+ */
+static bool
+write_twin(ZkdWait *w, const char *data, int len, MemoryContext keep,
+		   TimestampTz deadline)
+{
+	ZksRc		rc;
+
+	if (w->nblocked == 0)
+	{
+		if (w->twin != NULL)
+			zks_delete_async(w->twin);
+		w->twin = NULL;
+		return true;
+	}
+	if (w->twin != NULL)
+	{
+		w->req = zks_send_set(w->twin, data, len, -1);
+		rc = zks_wait(w->req, deadline);
+		zks_done(w->req);
+		w->req = NULL;
+		if (rc != ZKS_NONODE)
+			return rc == ZKS_OK;
+		w->twin = NULL;			/* gone (a sweep): made again below */
+	}
+	for (int tries = 0; tries < 2; tries++)
+	{
+		char	   *path = psprintf("%s/%016llx%s", zkwr_waits_parent(),
+									(unsigned long long) zks_session_id(),
+									ZKWR_TWIN_SUFFIX);
+
+		w->req = zks_send_create(path, data, len, ZKS_EPHEMERAL);
+		rc = zks_wait(w->req, deadline);
+		if (rc == ZKS_OK)
+			zks_claim(w->req);	/* ours now: zkd_wait_end deletes it */
+		zks_done(w->req);
+		w->req = NULL;
+		if (rc == ZKS_NODEEXISTS)
+		{
+			/* one of an earlier wait of ours, its delete still on its way */
+			w->req = zks_send_set(path, data, len, -1);
+			rc = zks_wait(w->req, deadline);
+			zks_done(w->req);
+			w->req = NULL;
+		}
+		if (rc == ZKS_OK)
+		{
+			w->twin = MemoryContextStrdup(keep, path);
+			return true;
+		}
+		if (rc != ZKS_NONODE)
+			return false;
+		/* (the delete landed between our create and set: create again) */
+	}
+	return false;
+}
+
+/*
  * Has the record been written by someone else since our last write?
  * ZooKeeper's versions grow by one per write, whatever server answers;
  * every write of ours is unconditional, and the only other writes are
@@ -250,6 +318,8 @@ zkwr_refresh(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 
 	if (len == 0)
 		return false;
+	if (!write_twin(w, data, len, GetMemoryChunkContext(w->record), deadline))
+		return false;
 	w->req = zks_send_set(w->record, data, len, -1);
 	rc = zks_wait(w->req, deadline);
 	if (rc == ZKS_OK)
@@ -282,6 +352,16 @@ zkwr_publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 
 	data = format_own(w, resource, node, mode, leases, &len);
 	if (len == 0)
+		return false;
+	/* (the records' parent exists once a twin is written: wrote it first) */
+	if (w->nblocked > 0)
+	{
+		w->req = zks_send_create(zkwr_waits_parent(), "", 0, ZKS_CONTAINER);
+		(void) zks_wait(w->req, deadline);	/* an ERROR: zkd_wait_end */
+		zks_done(w->req);
+		w->req = NULL;
+	}
+	if (!write_twin(w, data, len, CurrentMemoryContext, deadline))
 		return false;
 
 	for (int tries = 0; tries < 3; tries++)

@@ -13,6 +13,14 @@
 #include "deadlock.h"
 
 /* <zklock.root>/%waits, the records' parent */
+/*
+ * A record whose list of PostgreSQL-local edges is not empty has a twin
+ * beside it, "<session>-blocked", with the same data: a search reads only
+ * the records of the sessions it meets, and these twins for the edges
+ * into them (deadlock.c).  1.6 reads the twin as no record of its own.
+ */
+#define ZKWR_TWIN_SUFFIX "-blocked"
+
 extern char *zkwr_waits_parent(void);
 
 /* Has another member written our record since we last looked? */

@@ -47,8 +47,16 @@ typedef struct Queue
 
 typedef struct Search
 {
-	Record	   *records;
-	int			nrecords;
+	char	   *parent;			/* the records' */
+	int64	   *listed_sessions;	/* whose records the listing showed */
+	int			nlisted;
+	Record	  **cache;			/* records read (NULL: the session has none) */
+	int64	   *cached;			/* ... of these sessions */
+	int			ncache;
+	int			cache_room;
+	Record	   *twins;			/* the lists of local edges, all read */
+	int			ntwins;
+	int64		kept;			/* bytes of record data read */
 	Queue		q[MAX_MEMBERS];
 	int			nq;
 	Member		m[MAX_MEMBERS];
@@ -67,15 +75,57 @@ typedef struct Search
 	bool		incomplete;		/* a path left out: the answer is not final */
 } Search;
 
-/* Read every record (one listing, the data sent back to back). */
-static void
-read_records(Search *s)
+/*
+ * Is this reply a wait record of session (named so, owned by it, and
+ * parsing as one)?  Fills rec if so.  A record that does not parse was
+ * not written by zklock (README, Security): read as no record.
+ */
+static bool
+take_record(Search *s, ZksRequest *get, const char *name, int64 session,
+			Record *rec)
 {
-	char	   *parent = zkwr_waits_parent();
+	ZksStat		st;
+	char	   *data;
+	int			len;
+
+	zks_get_stat(get, &st);
+	data = zks_get_data(get, &len);
+	if (session != st.ephemeral_owner || !zkw_parse_record(data, len, &rec->r))
+	{
+		pfree(data);
+		return false;
+	}
+	s->kept += len;
+	if (s->kept > MAX_SEARCH_BYTES)
+	{
+		s->failed = true;
+		return false;
+	}
+	rec->session = session;
+	rec->czxid = st.czxid;
+	rec->version = st.version;
+	rec->path = psprintf("%s/%s", s->parent, name);
+	rec->data = data;
+	rec->len = len;
+	return true;
+}
+
+/*
+ * List the records (with a sync first, in the same round trip), and read
+ * the lists of PostgreSQL-local edges ("<session>-blocked" beside a
+ * record whose list is not empty, see waitrecord.c), sent back to back.
+ * The records themselves are read when the search meets their sessions.
+ */
+static void
+list_records(Search *s)
+{
 	ZksRequest *sreq;
 	ZksRequest *lreq;
 	ZksRequest **gets = NULL;
 	char	  **names = NULL;
+	char	  **twin_names;
+	int64	   *twin_sessions;
+	volatile int ntwin_names = 0;
 	int			n = 0;
 	ZksRc		rc;
 
@@ -84,8 +134,9 @@ read_records(Search *s)
 	 * that have ended (and the queues as they were): sync it first, in
 	 * the same round trip, so that a search sees the ensemble as of now.
 	 */
-	sreq = zks_send_sync(parent);
-	lreq = zks_send_children(parent, false);
+	s->parent = zkwr_waits_parent();
+	sreq = zks_send_sync(s->parent);
+	lreq = zks_send_children(s->parent, false);
 	rc = zks_wait(sreq, s->deadline);
 	zks_done(sreq);
 	if (rc != ZKS_OK)
@@ -103,95 +154,117 @@ read_records(Search *s)
 		s->failed = true;
 		return;
 	}
-	if (n > MAX_RECORDS)
-	{
-		/*
-		 * Read the first MAX_RECORDS only, our own among them: a record
-		 * left out is a path the search cannot follow, but our own left
-		 * out would read as our record gone.
-		 */
-		char	   *own = psprintf("%016llx",
-								   (unsigned long long) zks_session_id());
 
-		for (int i = MAX_RECORDS; i < n; i++)
-			if (strcmp(names[i], own) == 0)
-			{
-				names[i] = names[0];
-				names[0] = own;
-				break;
-			}
-		n = MAX_RECORDS;
-		s->incomplete = true;
+	s->listed_sessions = palloc(sizeof(int64) * Max(n, 1));
+	twin_names = palloc(sizeof(char *) * Max(n, 1));
+	twin_sessions = palloc(sizeof(int64) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		char	   *end;
+		int64		session = (int64) strtoull(names[i], &end, 16);
+
+		if (end == names[i])
+			continue;			/* not a record of ours */
+		if (*end == '\0')
+			s->listed_sessions[s->nlisted++] = session;
+		else if (strcmp(end, ZKWR_TWIN_SUFFIX) != 0)
+			continue;
+		else if (ntwin_names == MAX_RECORDS)
+			s->incomplete = true;	/* (lists left out: not final) */
+		else
+		{
+			twin_names[ntwin_names] = names[i];
+			twin_sessions[ntwin_names++] = session;
+		}
 	}
-	s->records = palloc0(sizeof(Record) * Max(n, 1));
-	gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
+
+	s->twins = palloc0(sizeof(Record) * Max(ntwin_names, 1));
+	gets = palloc0(sizeof(ZksRequest *) * Max(ntwin_names, 1));
 	PG_TRY();
 	{
-		int64		kept = 0;
-
 		/* READ_WINDOW reads in flight, the next sent as each is read */
-		for (int i = 0; i < n && i < READ_WINDOW; i++)
-			gets[i] = zks_send_get(psprintf("%s/%s", parent, names[i]));
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < ntwin_names && i < READ_WINDOW; i++)
+			gets[i] = zks_send_get(psprintf("%s/%s", s->parent, twin_names[i]));
+		for (int i = 0; i < ntwin_names && !s->failed; i++)
 		{
-			Record	   *rec = &s->records[s->nrecords];
-			ZksStat		st;
-			char	   *data;
-			int			len;
-			char	   *end;
-
-			if (i + READ_WINDOW < n)
+			if (i + READ_WINDOW < ntwin_names)
 				gets[i + READ_WINDOW] =
-					zks_send_get(psprintf("%s/%s", parent,
-										  names[i + READ_WINDOW]));
+					zks_send_get(psprintf("%s/%s", s->parent,
+										  twin_names[i + READ_WINDOW]));
 			rc = zks_wait(gets[i], s->deadline);
 			if (rc == ZKS_NONODE)
-				continue;		/* its wait ended meanwhile */
+				continue;		/* its list emptied, or its wait ended */
 			if (rc != ZKS_OK)
 			{
 				s->failed = true;
 				break;
 			}
-			zks_get_stat(gets[i], &st);
-			data = zks_get_data(gets[i], &len);
-			zks_done(gets[i]);
-			gets[i] = NULL;
-			rec->session = (int64) strtoull(names[i], &end, 16);
-			if (*end != '\0' || rec->session != st.ephemeral_owner ||
-				!zkw_parse_record(data, len, &rec->r))
-			{
-				pfree(data);
-				continue;		/* not a record of ours */
-			}
-			kept += len;
-			if (kept > MAX_SEARCH_BYTES)
-			{
-				s->failed = true;
-				break;
-			}
-			rec->czxid = st.czxid;
-			rec->version = st.version;
-			rec->path = psprintf("%s/%s", parent, names[i]);
-			rec->data = data;
-			rec->len = len;
-			s->nrecords++;
+			if (take_record(s, gets[i], twin_names[i], twin_sessions[i],
+							&s->twins[s->ntwins]))
+				s->ntwins++;
 		}
 	}
 	PG_FINALLY();
 	{
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < ntwin_names; i++)
 			zks_done(gets[i]);
 	}
 	PG_END_TRY();
 }
 
+/*
+ * The record of session, read the first time it is asked for; NULL if it
+ * has none (not in the listing: no request), it went since, or it is not
+ * a record of ours.  A record published after the listing is not seen:
+ * that cannot hide a cycle from the search of the member that closed it
+ * (deadlock.c's head comment), which listed after its own write.
+ */
 static Record *
 record_of_session(Search *s, int64 session)
 {
-	for (int i = 0; i < s->nrecords; i++)
-		if (s->records[i].session == session)
-			return &s->records[i];
-	return NULL;
+	bool		listed = false;
+	char	   *name;
+	ZksRequest *get;
+	Record	   *rec;
+	volatile ZksRc rc = ZKS_OK;
+
+	for (int i = 0; i < s->ncache; i++)
+		if (s->cached[i] == session)
+			return s->cache[i];
+	for (int i = 0; i < s->nlisted && !listed; i++)
+		listed = (s->listed_sessions[i] == session);
+	if (!listed || s->failed)
+		return NULL;
+	if (s->ncache == s->cache_room)
+	{
+		s->cache_room = Max(16, s->cache_room * 2);
+		s->cache = s->cache ? repalloc(s->cache, sizeof(Record *) * s->cache_room) :
+			palloc(sizeof(Record *) * s->cache_room);
+		s->cached = s->cached ? repalloc(s->cached, sizeof(int64) * s->cache_room) :
+			palloc(sizeof(int64) * s->cache_room);
+	}
+
+	name = psprintf("%016llx", (unsigned long long) session);
+	rec = palloc0(sizeof(Record));
+	get = zks_send_get(psprintf("%s/%s", s->parent, name));
+	PG_TRY();
+	{
+		rc = zks_wait(get, s->deadline);
+		if (rc == ZKS_OK && !take_record(s, get, name, session, rec))
+			rc = ZKS_NONODE;
+		else if (rc != ZKS_OK && rc != ZKS_NONODE)
+			s->failed = true;
+	}
+	PG_FINALLY();
+	{
+		zks_done(get);
+	}
+	PG_END_TRY();
+	if (s->failed)
+		return NULL;			/* (not kept: the search is over) */
+	s->cached[s->ncache] = session;
+	s->cache[s->ncache++] = (rc == ZKS_OK) ? rec : NULL;
+	return s->cache[s->ncache - 1];
 }
 
 /* The member for session, added (and queued) if new; -1 if full. */
@@ -277,9 +350,9 @@ add_edge(Search *s, int from, int to, bool pg)
 static void
 pg_edges_from(Search *s, int holder, const ZkwBackend *who)
 {
-	for (int i = 0; i < s->nrecords; i++)
+	for (int i = 0; i < s->ntwins; i++)
 	{
-		const ZkwRecord *r = &s->records[i].r;
+		const ZkwRecord *r = &s->twins[i].r;
 		ZkwBackend	b;
 
 		b.sysid = r->sysid;
@@ -289,7 +362,7 @@ pg_edges_from(Search *s, int holder, const ZkwBackend *who)
 		{
 			b.pid = r->blocked[k];
 			if (zkw_same_backend(&b, who))
-				add_edge(s, holder, member(s, s->records[i].session), true);
+				add_edge(s, holder, member(s, s->twins[i].session), true);
 		}
 	}
 }
@@ -449,6 +522,27 @@ expand(Search *s, int u)
 		return;					/* granted meanwhile, or gone */
 
 	/*
+	 * Edges to the queue's holders alone, not to the waiters between
+	 * (issue 38).  A waiter ahead of u waits in this queue for contenders
+	 * ahead of it, so nothing outside the queue is reached through it
+	 * that is not reached through the holders: its session waits for
+	 * nothing else (a backend waits for one thing at a time; a node of
+	 * its own in the same queue either is granted at once or ends the
+	 * call with 40P01 at once, see acquire.c), and every holder is
+	 * ahead of every waiter.  A shared u waits for the exclusive waiter
+	 * ahead of it, which waits for the shared holders: u waits for them
+	 * too, even behind a client that publishes nothing.  So a cycle
+	 * through u exists in this graph exactly when it does with an edge to
+	 * every conflicting contender ahead, and every member builds it alike;
+	 * only a waiter between u and the holders is in no cycle through u
+	 * here.  A search then reads the holders' nodes and records, not the
+	 * queue's: one search of a waiter behind K others cost 2K reads.
+	 */
+	nahead = zkw_holders_ahead(q->cs, q->ncs, slash + 1, ahead);
+	if (nahead <= 0)
+		return;
+
+	/*
 	 * The waiting node must be the member's own: a record naming another
 	 * session's node (one written by hand, see README) waits for nothing.
 	 */
@@ -583,11 +677,13 @@ zkd_search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
 	s->pg_edge = palloc(sizeof(bool) * s->edge_room);
 	s->adjacent = palloc0(MAX_MEMBERS * MAX_MEMBERS / 8);
 	cycle->again = true;		/* until the answer is final */
-	read_records(s);
+	list_records(s);
 	if (s->failed)
 		return false;
 	if (record_of_session(s, zks_session_id()) == NULL)
 	{
+		if (s->failed)
+			return false;
 		/*
 		 * Our record is gone (a sweep for an earlier create of it whose
 		 * reply was lost can delete it): publish it again next time.

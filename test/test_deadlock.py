@@ -480,6 +480,8 @@ def record_of(ctx, pid):
     cluster: the tests that use it have one waiter), or None."""
     path = ctx.root + '/%waits'
     for name in (ctx.kz.get_children(path) if ctx.kz.exists(path) else []):
+        if name.endswith('-blocked'):
+            continue                    # the twin of a record (its local edges)
         try:
             raw, st = ctx.kz.get(path + '/' + name)
         except Exception:

@@ -667,13 +667,15 @@ def test_h_kazoo_semaphore_mutex_is_granted_by_a_listing(ctx):
 def test_i_deadlock_search_reads_each_queue_once(ctx):
     """A proxied waiter W queued behind a foreign holder and K zklock
     waiters, all past deadlock_timeout, so that each has published a wait
-    record and W's search follows every one of them.  The K waiters wait
-    in W's own queue, for contenders W has already met: one search must
-    list that queue once and read each node ahead of W once, and W's own
-    node once.  (Listing it
-    again and reading the nodes ahead of every member it followed cost
-    K + K (K + 1) / 2 more requests per search, so that the searches of a
-    queue's waiters together grew as the cube of its length.)"""
+    record.  The K waiters wait in W's own queue for the holder, which W
+    waits for too, so nothing is reached through them that the holder
+    does not lead to: one search lists that queue once and reads the
+    holder's node and W's own, and of the records only W's own (issue 38:
+    1.6 read every record and every node ahead, 2K + 3 reads per search;
+    before issue 20 it also listed the queue again and read the nodes
+    ahead of every member it followed, K + K (K + 1) / 2 more requests,
+    so that the searches of a queue's waiters together grew as the cube
+    of its length)."""
     k = 6
     res = 'proxy-deadlock-search'
     waits = ctx.root + '/%waits'
@@ -718,11 +720,11 @@ def test_i_deadlock_search_reads_each_queue_once(ctx):
                    '%d records read, queue listed %d times, %d reads of '
                    '%d nodes ahead' % (len(records), len(listed), len(read),
                                        len(set(read))))
-        # read: the k + 1 nodes ahead of W, and W's own (a record's
-        # waiting node must be its session's, issue 30)
-        assert len(records) == k + 1, describe(one)
-        assert len(set(read)) == k + 2 and f in read, describe(one)
-        assert len(listed) == 1 and len(read) == k + 2, \
+        # read: the holder's node, and W's own (a record's waiting node
+        # must be its session's, issue 30); W's own record
+        assert len(records) == 1, describe(one)
+        assert len(set(read)) == 2 and f in read, describe(one)
+        assert len(listed) == 1 and len(read) == 2, \
             'one search listed the queue %d times and read %d nodes ' \
             '(%d distinct): %s' % (len(listed), len(read), len(set(read)),
                                    describe(one))

@@ -1506,6 +1506,34 @@ test_waitgraph(void)
 		   "blockers: -1 when self is not in the queue");
 	}
 	{
+		/* holders ahead: the shared prefix, or the one exclusive first */
+		const char *const names[] = {"_c_a-__READ__0000000001",
+			"_c_b-__READ__0000000002", "_c_c-__WRIT__0000000003",
+			"_c_d-__READ__0000000004", "_c_e-__WRIT__0000000005"};
+		const char *const xs[] = {"_c_p-__WRIT__0000000007",
+			"_c_q-__READ__0000000008", "_c_r-__WRIT__0000000009"};
+		ZkrContender c[5];
+		int			out[5];
+		int			nc = zkr_collect(names, 5, c);
+		int			k;
+
+		k = zkw_holders_ahead(c, nc, names[4], out);
+		ok(k == 2 && out[0] + out[1] == 1,
+		   "holders ahead: the shared prefix, not the waiters between");
+		ok(zkw_holders_ahead(c, nc, names[2], out) == 2,
+		   "holders ahead: an exclusive waiter behind two shared holders");
+		ok(zkw_holders_ahead(c, nc, names[1], out) == 1,
+		   "holders ahead: a holder has the holders ahead of it");
+		ok(zkw_holders_ahead(c, nc, names[0], out) == 0,
+		   "holders ahead: none ahead of the first");
+		nc = zkr_collect(xs, 3, c);
+		k = zkw_holders_ahead(c, nc, xs[2], out);
+		ok(k == 1 && strcmp(c[out[0]].name, xs[0]) == 0,
+		   "holders ahead: only the exclusive holder, not the shared waiter");
+		ok(zkw_holders_ahead(c, nc, "_c_z-__WRIT__0000000099", out) == -1,
+		   "holders ahead: -1 when self is not in the queue");
+	}
+	{
 		ZkwRecord	r;
 		ZkwRecord	back;
 		char		buf[512];
