@@ -21,12 +21,14 @@
 
 #include <unistd.h>
 
+/* get_database_name: dbcommands.h on 15-18, lsyscache.h from 19 on */
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "postmaster/postmaster.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 

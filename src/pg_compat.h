@@ -2,8 +2,15 @@
  *
  * pg_compat.h
  *	  What differs between the PostgreSQL majors zklock supports (15 to
- *	  18), in one place: every other file is written against one API and
+ *	  19), in one place: every other file is written against one API and
  *	  includes this header instead of testing PG_VERSION_NUM itself.
+ *
+ * 19 (tested on 19beta3) needs nothing here beyond the accepted version:
+ * the hooks, wait events, GUC lookups and custom statistics zklock uses
+ * kept their 18 signatures.  What 19 did change that zklock meets is
+ * which header declares what (get_database_name moved to lsyscache.h;
+ * funcapi.h, through executor.h, no longer pulls in tuplestore.h and
+ * htup_details.h), and each file includes those headers itself.
  *
  * Include it right after postgres.h.
  *
@@ -14,13 +21,14 @@
 #ifndef ZKLOCK_PG_COMPAT_H
 #define ZKLOCK_PG_COMPAT_H
 
-#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
-#error "zklock supports PostgreSQL 15, 16, 17 and 18"
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 200000
+#error "zklock supports PostgreSQL 15, 16, 17, 18 and 19"
 #endif
 
 /*
- * A function that never returns.  PostgreSQL 18 spells it pg_noreturn,
- * placed before the declaration (C11 _Noreturn; C23's [[noreturn]] must
+ * A function that never returns.  PostgreSQL 18 and 19 spell it
+ * pg_noreturn, placed before the declaration (C11 _Noreturn; C23's
+ * [[noreturn]], which 19 uses when the compiler is in C23 mode, must
  * come first of all, so zklock writes "pg_noreturn extern void f(...)"),
  * and has dropped pg_attribute_noreturn(), which earlier majors place
  * after it.  GCC and Clang take the attribute in front as well.
@@ -68,7 +76,8 @@ zk_guc_variables(int *num_vars)
 }
 
 /*
- * The ExecutorRun hook.  PostgreSQL 18 dropped its execute_once argument.
+ * The ExecutorRun hook.  PostgreSQL 18 dropped its execute_once argument
+ * (19 kept 18's signature).
  */
 #if PG_VERSION_NUM >= 180000
 #define ZK_EXECUTOR_RUN_PARAMS \

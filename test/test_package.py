@@ -41,7 +41,7 @@ TIMEOUT = 240                   # seconds per test (the build is ~10-60 s)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The Debian package is built for the major under test (debian/pgversions
-# lists 15 to 18; pg_buildext builds those installed from Debian's or
+# lists 15 to 19; pg_buildext builds those installed from Debian's or
 # PGDG's packages).  A major tested from a relocatable kit (test/matrix.sh)
 # has no Debian packaging here: the two package tests are skipped then,
 # saying so, and run in the matrix's PostgreSQL 15 pass.

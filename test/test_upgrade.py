@@ -1,17 +1,27 @@
 """
-pg_upgrade from PostgreSQL 15 to the major under test (issue 28).
+pg_upgrade to the major under test from 15 and from 18 (issues 28, 40).
 
-A DBA moves a 15 cluster that has zklock to a newer major with
-pg_upgrade: the extension, its functions and view, the grants given on
-them and objects that depend on them must come across, and the upgraded
-cluster must take locks at once.  The test builds and installs zklock for
-Debian's PostgreSQL 15 from a copy of the tree (as `make install` would),
-makes a 15 cluster holding zklock objects, upgrades it with the new
-major's pg_upgrade (--link-free copy mode) and checks the result on the
-new major.  It needs a major newer than 15 under test (test/matrix.sh's
-16, 17 and 18 passes); under 15 itself it is skipped, saying so.
+A DBA moves a cluster that has zklock to a newer major with pg_upgrade:
+the extension, its functions and view, the grants given on them and
+objects that depend on them must come across, and the upgraded cluster
+must take locks at once.  For each older major (Debian's 15, the oldest
+supported; 18, the newest release before 19) the test builds and installs
+zklock for it from a copy of the tree (as `make install` would), makes a
+cluster of that major holding zklock objects, upgrades it with the new
+major's pg_upgrade (copy mode) and checks the result on the new major.
+
+The older major's zklock is installed into a private copy of that
+PostgreSQL under the test's directory, never into the machine's own
+installation: other test runs (another major's, another work tree's) use
+the machine's zklock at the same time.  PostgreSQL finds its share and lib
+directories relative to its own binaries, so a copy that keeps the
+installation's layout works as the original does.
+
+Each pass needs a major newer than the older one under test: under 15 both
+are skipped, under 16 to 18 the one from 18, saying so.
 """
 
+import glob
 import os
 import shutil
 import subprocess
@@ -20,17 +30,24 @@ import tempfile
 import pytest
 
 import harness
-from test_package import clean_env, copy_tree
+from test_package import ROOT, clean_env, copy_tree
 
 TIMEOUT = 600
-PG15_CONFIG = '/usr/lib/postgresql/15/bin/pg_config'
 DB = 'zklock_upg'
 ROLE = 'zklock_upg_job'
 
-pytestmark = pytest.mark.skipif(
-    harness.PG_MAJOR <= 15 or not os.path.exists(PG15_CONFIG),
-    reason='pg_upgrade from 15 needs a newer major under test (now %d) and '
-    "Debian's PostgreSQL 15" % harness.PG_MAJOR)
+# the older majors upgraded from, and where their PostgreSQL is: Debian's
+# 15; the others from the relocatable kits (test/matrix.sh), installed
+# under /opt/zklock-pg/MAJOR by ../shared/pg/install.sh
+OLD_MAJORS = (15, 18)
+KITS = os.environ.get('ZKLOCK_PG_KITS') or os.path.join(ROOT, '..', 'shared',
+                                                        'pg')
+
+
+def installed_pg_config(major):
+    if major == 15:
+        return '/usr/lib/postgresql/15/bin/pg_config'
+    return '/opt/zklock-pg/%d/bin/pg_config' % major
 
 
 def run(cmd, cwd, timeout=300, env=None):
@@ -42,23 +59,84 @@ def run(cmd, cwd, timeout=300, env=None):
     return r
 
 
-def test_pg_upgrade_from_15_keeps_zklock(ctx):
+def private_postgresql(major, dest):
+    """A copy of PostgreSQL `major` of its own under dest, without zklock;
+    returns the copy's pg_config.
+
+    A kit's major is extracted afresh from ../shared/pg when that folder is
+    there; otherwise (a clone elsewhere) the installed kit or Debian's
+    packages are copied, each directory to dest + its absolute path, so
+    that the binaries find share/, lib/ and the headers where they expect
+    them relative to themselves."""
+    os.makedirs(dest)
+    if major != 15 and os.path.exists(os.path.join(KITS, 'install.sh')):
+        out = run(['bash', os.path.join(KITS, 'install.sh'), str(major),
+                   os.path.join(dest, 'pg%d' % major)], dest).stdout
+        pg_config = out.strip().splitlines()[-1]
+    else:
+        source = installed_pg_config(major)
+        if not os.path.exists(source):
+            pytest.skip('PostgreSQL %d is not installed here (%s) and no kit '
+                        'folder %s: nothing to upgrade from' % (
+                            major, source, KITS))
+
+        def where(flag):
+            return run([source, flag], dest).stdout.strip()
+        bindir = where('--bindir')
+        copied = []
+        # the installation's own directory (bin/ and lib/), then what
+        # Debian keeps apart: share/ and the server headers
+        for d in (os.path.dirname(bindir), where('--sharedir'),
+                  where('--includedir-server')):
+            if any(d == c or d.startswith(c + '/') for c in copied):
+                continue
+            target = dest + d
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copytree(d, target, symlinks=True)
+            copied.append(d)
+        pg_config = dest + bindir + '/pg_config'
+    # whatever zklock the original held (another work tree's make install)
+    # is not this tree's: only the one built below may be found
+    share = run([pg_config, '--sharedir'], dest).stdout.strip()
+    lib = run([pg_config, '--pkglibdir'], dest).stdout.strip()
+    for f in (glob.glob(share + '/extension/zklock*') +
+              glob.glob(lib + '/zklock.so') +
+              glob.glob(lib + '/bitcode/zklock*')):
+        if os.path.isdir(f):
+            shutil.rmtree(f)
+        else:
+            os.unlink(f)
+    return pg_config
+
+
+@pytest.mark.parametrize('old_major', [
+    pytest.param(m, marks=pytest.mark.skipif(
+        harness.PG_MAJOR <= m,
+        reason='pg_upgrade from %d needs a newer major under test (now %d)'
+        % (m, harness.PG_MAJOR)))
+    for m in OLD_MAJORS])
+def test_pg_upgrade_keeps_zklock(ctx, old_major):
     work = tempfile.mkdtemp(prefix='zklock-upgrade-', dir=ctx.workdir)
     os.chmod(work, 0o755)
-    # zklock for 15, built from this tree (a copy: the tree's objects are
-    # the major under test's)
-    src = os.path.join(work, 'src15')
+    # the older major, a private copy (see above), and zklock for it,
+    # built from this tree (a copy: the tree's objects are the major under
+    # test's)
+    old_pg_config = private_postgresql(old_major,
+                                       os.path.join(work, 'old'))
+    src = os.path.join(work, 'src%d' % old_major)
     copy_tree(src)
-    run(['make', 'PG_CONFIG=' + PG15_CONFIG], src)
-    run(['make', 'PG_CONFIG=' + PG15_CONFIG, 'install'], src)
-    bin15 = run([PG15_CONFIG, '--bindir'], work).stdout.strip()
+    run(['make', 'PG_CONFIG=' + old_pg_config], src)
+    run(['make', 'PG_CONFIG=' + old_pg_config, 'install'], src)
+    old_bin = run([old_pg_config, '--bindir'], work).stdout.strip()
 
     conf = {'zklock.hosts': ctx.zk.connect_string,
             'zklock.connect_timeout': '%ds' % ctx.connect_timeout}
-    # PostgreSQL 18's initdb turns data checksums on by default; 15's
-    # does not, and pg_upgrade wants both alike
-    new_args = ['--no-data-checksums'] if harness.PG_MAJOR >= 18 else []
-    old = harness.PgCluster('upg15', conf, base_dir=work, bin_dir=bin15)
+    # PostgreSQL 18's initdb turns data checksums on by default; earlier
+    # majors' do not, and pg_upgrade wants both alike
+    new_args = (['--no-data-checksums']
+                if harness.PG_MAJOR >= 18 and old_major < 18 else [])
+    old = harness.PgCluster('upg%d' % old_major, conf, base_dir=work,
+                            bin_dir=old_bin)
     new = harness.PgCluster('upg%d' % harness.PG_MAJOR, conf, base_dir=work,
                             initdb_args=new_args)
     try:
@@ -77,7 +155,7 @@ def test_pg_upgrade_from_15_keeps_zklock(ctx):
                 "CREATE FUNCTION nightly() RETURNS boolean LANGUAGE sql "
                 "AS $$ SELECT zk_try_lock_exclusive('nightly') $$"):
             old.psql(sql, dbname=DB)
-        assert old.psql('SELECT zk_try_lock_exclusive(%s)' % "'upg-15'",
+        assert old.psql("SELECT zk_try_lock_exclusive('upg-%d')" % old_major,
                         dbname=DB).strip() == 't'
         version = old.psql("SELECT extversion FROM pg_extension "
                            "WHERE extname = 'zklock'", dbname=DB).strip()
@@ -88,7 +166,7 @@ def test_pg_upgrade_from_15_keeps_zklock(ctx):
         os.makedirs(up)
         harness.chown_to_pg_user(up)
         r = subprocess.run(harness.as_pg_user([
-            harness.PG_BIN + '/pg_upgrade', '-b', bin15, '-B', harness.PG_BIN,
+            harness.PG_BIN + '/pg_upgrade', '-b', old_bin, '-B', harness.PG_BIN,
             '-d', old.data_dir, '-D', new.data_dir, '-U', 'postgres',
             '-p', str(old.port), '-P', str(new.port)]),
             cwd=up, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -119,8 +197,8 @@ def test_pg_upgrade_from_15_keeps_zklock(ctx):
             cur.execute('COMMIT')
             cur.execute('RESET ROLE')
             cur.execute('SELECT version()')
-            ctx.log('upgraded zklock %s from PostgreSQL 15 to %s'
-                    % (version, cur.fetchone()[0].split(' on ')[0]))
+            ctx.log('upgraded zklock %s from PostgreSQL %d to %s'
+                    % (version, old_major, cur.fetchone()[0].split(' on ')[0]))
         finally:
             conn.close()
         ctx.zi.wait_contenders('nightly', 0)
