@@ -134,6 +134,9 @@ zkst_add_event(StatCounts *c, StatEvent ev, bool waited, int64 us)
 		case EV_RELEASED:
 			c->held_us += us;
 			break;
+		case EV_TRY_FAILED:
+			c->failed_tries++;
+			break;
 	}
 }
 
@@ -216,6 +219,12 @@ zkst_failed(const char *resource, ZkrMode mode, ZkstFailure why)
 }
 
 void
+zkst_try_failed(const char *resource, ZkrMode mode)
+{
+	count(resource, mode, EV_TRY_FAILED, false, 0, true);
+}
+
+void
 zkst_lost(const char *resource, ZkrMode mode)
 {
 	count(resource, mode, EV_LOST, false, 0, true);
@@ -271,6 +280,7 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 
 	require_shared();
 	InitMaterializedSRF(fcinfo, 0);
+	/* 1.5's and 1.6's zk_stat_locks() end at stats_since: the library may be newer */
 
 	/* the storage copies the rows under its locks; tuples are built after */
 	copy = zkst_store_rows(&n);
@@ -278,8 +288,8 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 	for (int i = 0; i < n; i++)
 	{
 		StatCounts *c = &copy[i].c;
-		Datum		values[13];
-		bool		nulls[13] = {0};
+		Datum		values[14];
+		bool		nulls[14] = {0};
 		const char *name = copy[i].key.name;
 
 		/*
@@ -312,6 +322,8 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 		values[10] = Int64GetDatum(c->refused_commits);
 		values[11] = ms_datum(c->held_us);
 		values[12] = TimestampTzGetDatum(copy[i].since);
+		if (rsinfo->setDesc->natts > 13)
+			values[13] = Int64GetDatum(c->failed_tries);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 							 values, nulls);
 	}
@@ -324,8 +336,8 @@ zk_stat_cluster(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
 	StatCluster s;
-	Datum		values[15];
-	bool		nulls[15] = {0};
+	Datum		values[16];
+	bool		nulls[16] = {0};
 
 	require_shared();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -351,6 +363,9 @@ zk_stat_cluster(PG_FUNCTION_ARGS)
 	values[12] = Int64GetDatum(s.expirations);
 	values[13] = Int64GetDatum(s.evictions);
 	values[14] = TimestampTzGetDatum(s.since);
+	/* 1.5's and 1.6's zk_stat_cluster() end at stats_since */
+	if (tupdesc->natts > 15)
+		values[15] = Int64GetDatum(s.total.failed_tries);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
