@@ -13,6 +13,8 @@ workload.
 
 import concurrent.futures
 import datetime
+import os
+import re
 import time
 
 import psycopg2
@@ -185,6 +187,50 @@ def test_false_try_counted(ctx):
         s.query(q, ['ft-%'])
     assert s.query('SELECT acquisitions, timeouts, failed_tries '
                    'FROM zk_stat_cluster') == [(2, 0, 3)]
+
+
+def readme_exporter_queries():
+    """{name: (query, [metric names])} of README's postgres_exporter
+    queries.yaml block."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), 'README.md')) as f:
+        text = f.read()
+    block = re.search(r'```yaml\n(zklock_locks:.*?)```', text, re.S).group(1)
+    out = {}
+    for m in re.finditer(r'^(\w+):\n  query: "([^"]+)"\n  metrics:\n'
+                         r'((?:    - .*\n)+)', block, re.M):
+        out[m.group(1)] = (m.group(2),
+                           re.findall(r'^    - (\w+):', m.group(3), re.M))
+    return out
+
+
+def test_readme_exporter_queries_run(ctx):
+    """README's postgres_exporter queries, as written, run for a member of
+    pg_read_all_stats and give every metric they declare, max_wait_time
+    and failed_tries among them, and the longest current wait."""
+    queries = readme_exporter_queries()
+    assert set(queries) == {'zklock_locks', 'zklock_cluster', 'zklock_waits',
+                            'zklock_version'}, queries
+    assert 'max_wait_seconds' in queries['zklock_locks'][1]
+    assert 'failed_tries' in queries['zklock_locks'][1]
+    assert 'longest_wait_seconds' in queries['zklock_waits'][1]
+    pg = ctx.shared.pg
+    mon = 'zklock_st_exporter'
+    pg.psql('DROP ROLE IF EXISTS %s' % mon)
+    pg.psql('CREATE ROLE %s IN ROLE pg_read_all_stats' % mon)
+    s = on(ctx, 'st-exporter')
+    try:
+        token_of(s.submit(LOCK_X, ['st-exporter', LONG]), 10)
+        s.query('SET ROLE %s' % mon)
+        for name, (sql, metrics) in queries.items():
+            rows = s.query('SELECT to_jsonb(q) FROM (%s) q' % sql)
+            assert rows, name
+            for (row,) in rows:
+                assert sorted(row) == sorted(metrics), (name, row, metrics)
+        s.query('RESET ROLE')
+    finally:
+        s.close()
+        pg.psql('DROP ROLE %s' % mon)
 
 
 def test_since_of_a_fresh_cluster(ctx):
