@@ -303,6 +303,8 @@ GRANT SELECT ON zk_stat_locks, zk_stat_cluster TO pg_read_all_stats;
 -- on disk and is preloaded), 'reconnect' (this backend runs a replaced
 -- file that it loaded itself), 'update' (ALTER EXTENSION zklock UPDATE:
 -- the library is of another version than the extension), else NULL.
+-- Parallel restricted: it answers for the process that runs it (a
+-- parallel worker loads the library itself).
 CREATE FUNCTION zk_library(
     OUT version text,
     OUT preloaded boolean,
@@ -310,7 +312,7 @@ CREATE FUNCTION zk_library(
     OUT file_replaced boolean)
 RETURNS record
 AS 'MODULE_PATHNAME', 'zk_library'
-LANGUAGE C VOLATILE PARALLEL SAFE;
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
 CREATE VIEW zk_version AS
 SELECT l.version AS library_version,
