@@ -280,7 +280,6 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 
 	require_shared();
 	InitMaterializedSRF(fcinfo, 0);
-	/* 1.5's and 1.6's zk_stat_locks() end at stats_since: the library may be newer */
 
 	/* the storage copies the rows under its locks; tuples are built after */
 	copy = zkst_store_rows(&n);
@@ -322,6 +321,7 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 		values[10] = Int64GetDatum(c->refused_commits);
 		values[11] = ms_datum(c->held_us);
 		values[12] = TimestampTzGetDatum(copy[i].since);
+		/* 1.5's and 1.6's zk_stat_locks() end at stats_since */
 		if (rsinfo->setDesc->natts > 13)
 			values[13] = Int64GetDatum(c->failed_tries);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
