@@ -10,7 +10,8 @@ OBJS = src/zklock.o src/guccheck.o src/auth.o src/session.o src/session_request.
 	src/acquire.o src/parents.o src/commitcheck.o src/semaphore.o src/lockset.o \
 	src/locktable.o src/lostreason.o src/lockrequest.o src/callorder.o src/lookonly.o \
 	src/deadlock.o src/waitsearch.o src/waitrecord.o src/inspect.o src/functions.o \
-	src/showtext.o src/stats.o src/statevict.o src/stats_shmem.o src/stats_pgstat.o src/waitlog.o
+	src/showtext.o src/stats.o src/statevict.o src/stats_shmem.o src/stats_pgstat.o src/waitlog.o \
+	src/curwaits.o src/version.o
 # every install and update script: sql/zklock--<v>.sql, sql/zklock--<a>--<b>.sql
 DATA = $(wildcard sql/zklock--*.sql)
 
@@ -19,7 +20,10 @@ DATA = $(wildcard sql/zklock--*.sql)
 # (test/test_regress.py).
 REGRESS = zklock_basic zklock_scopes zklock_input zklock_guc
 
-PG_CPPFLAGS = -DTHREADED -I/usr/include/zookeeper -Isrc
+# the library knows its own version (zk_library, view zk_version): that of
+# zklock.control it was built with
+PG_CPPFLAGS = -DTHREADED -I/usr/include/zookeeper -Isrc \
+	-DZKLOCK_LIBRARY_VERSION='"$(EXTVERSION)"'
 # a local variable changed inside PG_TRY and read after it must be volatile
 PG_CFLAGS = -Wclobbered -Werror=clobbered
 SHLIB_LINK = -lzookeeper_mt -lpthread
@@ -39,6 +43,13 @@ endif
 
 # PGXS tracks no header dependencies: rebuild everything when one changes.
 $(OBJS): $(wildcard src/*.h)
+# nor the version passed to the compiler: version.o is built again when
+# EXTVERSION changes (zklock.control, or EXTVERSION=... on the command line)
+VERSION_STAMP := .built-with-version
+ifneq ($(shell cat $(VERSION_STAMP) 2>/dev/null),$(EXTVERSION))
+$(shell echo '$(EXTVERSION)' > $(VERSION_STAMP))
+endif
+src/version.o: $(VERSION_STAMP)
 
 # Objects built against one PostgreSQL major must never be linked for
 # another: the tree remembers the pg_config of its last build, and a build

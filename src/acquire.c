@@ -456,11 +456,13 @@ note_wait(ZkaAttempt *a, const ZkrContender *cs, int self, const char **own,
 	{
 		char	   *path = psprintf("%s/%s", a->parent, holder);
 
-		zkwl_waiting(a->resource, a->msg_mode, path, ahead);
+		zkwl_waiting(a->resource, a->msg_mode, path, ahead,
+					 a->deadline, a->deadline_ms);
 		pfree(path);
 	}
 	else
-		zkwl_waiting(a->resource, a->msg_mode, NULL, ahead);
+		zkwl_waiting(a->resource, a->msg_mode, NULL, ahead,
+					 a->deadline, a->deadline_ms);
 }
 
 /*

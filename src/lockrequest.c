@@ -221,6 +221,7 @@ zkl_acquire(const char *resource, const char *relpath, ZkrMode mode,
 			zka_timeout_error(&a);	/* timeout of zero: 55P03, not false */
 		}
 		zkwl_call_end(false, 0);
+		zkst_try_failed(resource, mode);
 		return false;
 	}
 
@@ -432,6 +433,8 @@ zkl_acquire_many(const char *const *resources, const char *const *relpaths,
 			zka_timeout_error(blocked);	/* timeout of zero: 55P03 */
 		}
 		zkwl_call_end(false, 0);
+		/* charged to the name that was not free, as a timeout would be */
+		zkst_try_failed(blocked->resource, mode);
 		return false;
 	}
 

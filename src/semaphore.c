@@ -164,7 +164,8 @@ await_change(ZkaAttempt *a, ZksEventMark seen, const char *held, int leases,
 {
 	a->waited = true;
 	a->dl.listed = listed;		/* (what our own search compares with) */
-	zkwl_waiting(a->resource, ZKR_MODE_SEMAPHORE, NULL, leases);
+	zkwl_waiting(a->resource, ZKR_MODE_SEMAPHORE, NULL, leases,
+				 a->deadline, a->deadline_ms);
 	if (a->follow_deadlocks)
 		zkd_wait_begin(&a->dl);
 	for (;;)

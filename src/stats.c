@@ -136,6 +136,9 @@ zkst_add_event(StatCounts *c, StatEvent ev, bool waited, int64 us)
 		case EV_RELEASED:
 			c->held_us += us;
 			break;
+		case EV_TRY_FAILED:
+			c->failed_tries++;
+			break;
 	}
 }
 
@@ -218,6 +221,12 @@ zkst_failed(const char *resource, ZkrMode mode, ZkstFailure why)
 }
 
 void
+zkst_try_failed(const char *resource, ZkrMode mode)
+{
+	count(resource, mode, EV_TRY_FAILED, false, 0, true);
+}
+
+void
 zkst_lost(const char *resource, ZkrMode mode)
 {
 	count(resource, mode, EV_LOST, false, 0, true);
@@ -280,8 +289,8 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 	for (int i = 0; i < n; i++)
 	{
 		StatCounts *c = &copy[i].c;
-		Datum		values[13];
-		bool		nulls[13] = {0};
+		Datum		values[14];
+		bool		nulls[14] = {0};
 		const char *name = copy[i].key.name;
 
 		/*
@@ -314,6 +323,9 @@ zk_stat_locks(PG_FUNCTION_ARGS)
 		values[10] = Int64GetDatum(c->refused_commits);
 		values[11] = ms_datum(c->held_us);
 		values[12] = TimestampTzGetDatum(copy[i].since);
+		/* 1.5's and 1.6's zk_stat_locks() end at stats_since */
+		if (rsinfo->setDesc->natts > 13)
+			values[13] = Int64GetDatum(c->failed_tries);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 							 values, nulls);
 	}
@@ -326,8 +338,8 @@ zk_stat_cluster(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
 	StatCluster s;
-	Datum		values[15];
-	bool		nulls[15] = {0};
+	Datum		values[16];
+	bool		nulls[16] = {0};
 
 	require_shared();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -353,6 +365,9 @@ zk_stat_cluster(PG_FUNCTION_ARGS)
 	values[12] = Int64GetDatum(s.expirations);
 	values[13] = Int64GetDatum(s.evictions);
 	values[14] = TimestampTzGetDatum(s.since);
+	/* 1.5's and 1.6's zk_stat_cluster() end at stats_since */
+	if (tupdesc->natts > 15)
+		values[15] = Int64GetDatum(s.total.failed_tries);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 

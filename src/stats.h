@@ -44,6 +44,9 @@ extern void zkst_acquired(const char *resource, ZkrMode mode, bool waited,
 /* A lock call that ended without its lock. */
 extern void zkst_failed(const char *resource, ZkrMode mode, ZkstFailure why);
 
+/* A try (zk_try_*) that returned false: the lock was not free. */
+extern void zkst_try_failed(const char *resource, ZkrMode mode);
+
 /* A held lock found lost (node deleted, session expired). */
 extern void zkst_lost(const char *resource, ZkrMode mode);
 

@@ -55,6 +55,7 @@ typedef struct StatCounts
 	int64		lost;
 	int64		refused_commits;
 	int64		held_us;
+	int64		failed_tries;	/* zk_try_* calls that returned false (1.7) */
 } StatCounts;
 
 /* One row of zk_stat_locks, as stored. */
@@ -87,7 +88,8 @@ typedef enum StatEvent
 	EV_DEADLOCK,
 	EV_LOST,
 	EV_REFUSED,
-	EV_RELEASED
+	EV_RELEASED,
+	EV_TRY_FAILED
 } StatEvent;
 
 /* One counting call, fully computed before any lock is taken. */

@@ -26,6 +26,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "curwaits.h"
 #include "deadlock.h"
 #include "printable.h"
 #include "session.h"
@@ -55,18 +56,26 @@ zkwl_call_begin(void)
 {
 	wait_start = 0;
 	logged = false;
+	zkcw_clear();
 }
 
 void
 zkwl_waiting(const char *resource, ZkrMode msg_mode, const char *holder,
-			 int ahead)
+			 int ahead, TimestampTz deadline, int64 deadline_ms)
 {
+	bool		changed;
+
 	if (wait_start == 0)
 		wait_start = GetCurrentTimestamp();
+	changed = w_resource == NULL || strcmp(w_resource, resource) != 0 ||
+		w_mode != msg_mode;
 	set_copy(&w_resource, resource);
 	set_copy(&w_holder, holder);
 	w_mode = msg_mode;
 	w_ahead = ahead;
+	/* since the call's first wait, as the statistics measure it */
+	if (changed || !zkcw_published())
+		zkcw_publish(resource, msg_mode, wait_start, deadline, deadline_ms);
 }
 
 static TimestampTz
@@ -280,6 +289,8 @@ zkwl_call_end(bool acquired, int sqlerrcode)
 	long		ms;
 	int			frac;
 
+	/* zk_waits no longer shows it */
+	zkcw_clear();
 	if (!logged || w_resource == NULL)
 	{
 		wait_start = 0;

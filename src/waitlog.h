@@ -29,10 +29,13 @@ extern void zkwl_call_begin(void);
  * A wait starts (or starts again after a listing): for resource in
  * msg_mode, behind holder (the full path of the node that holds it, or
  * NULL) with ahead contenders queued before ours; for a semaphore's room,
- * holder is NULL and ahead the number of leases held.
+ * holder is NULL and ahead the number of leases held.  The call gives up
+ * at deadline (0: none), set by a limit of deadline_ms (< 0: none).  The
+ * wait is shown in zk_waits until the call ends (curwaits.c).
  */
 extern void zkwl_waiting(const char *resource, ZkrMode msg_mode,
-						 const char *holder, int ahead);
+						 const char *holder, int ahead,
+						 TimestampTz deadline, int64 deadline_ms);
 
 /* When the wait loop must wake at the latest: wake, or the LOG time. */
 extern TimestampTz zkwl_wake_at(TimestampTz wake);

@@ -28,12 +28,14 @@
 
 #include "auth.h"
 #include "callorder.h"
+#include "curwaits.h"
 #include "guccheck.h"
 #include "locktable.h"
 #include "lookonly.h"
 #include "recipe.h"
 #include "session.h"
 #include "stats.h"
+#include "version.h"
 #include "waitlog.h"
 #include "zklock.h"
 
@@ -418,6 +420,8 @@ _PG_init(void)
 							 NULL, assign_zookeeper_log_level, NULL);
 
 	zkst_init();
+	zkcw_init();
+	zkv_init();
 
 	/* did each take the value its placeholder held (guccheck.c)? */
 	zkg_check_applied();

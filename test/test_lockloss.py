@@ -674,7 +674,7 @@ def test_update_from_every_version_to_1_6(ctx):
             if v == '1.5':
                 assert len(upd.query('SELECT * FROM zk_status()')[0]) == 10
             before = upd.scalar(acl)
-            upd.query('ALTER EXTENSION zklock UPDATE')
+            upd.query("ALTER EXTENSION zklock UPDATE TO '1.6'")
             assert upd.scalar("SELECT extversion FROM pg_extension "
                               "WHERE extname = 'zklock'") == '1.6', v
             assert upd.query(q) == want, v

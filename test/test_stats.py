@@ -12,13 +12,17 @@ workload.
 """
 
 import concurrent.futures
+import datetime
+import os
+import re
 import time
 
 import psycopg2
 
 import harness
 from harness import wait_until
-from test_multisession import LOCK_X, LONG, expect_sqlstate, token_of
+from test_multisession import (LOCK_X, LONG, TRY_S, TRY_X, expect_sqlstate,
+                               token_of)
 
 TIMEOUT = 120
 DB = 'zklock_stats'
@@ -80,11 +84,153 @@ def hold_and_wait(ctx, h, w, res, extra_s=0.0):
 
 def test_unpreloaded_functions_fail_55000(ctx):
     """Without shared_preload_libraries: 55000 with a hint, for the views
-    and the reset alike."""
+    and the reset alike, and for the current waits (zk_waits, 1.7)."""
     for sql in ('SELECT * FROM zk_stat_locks', 'SELECT * FROM zk_stat_cluster',
-                'SELECT zk_stat_reset()'):
+                'SELECT zk_stat_reset()', 'SELECT * FROM zk_waits'):
         e = expect_sqlstate(ctx.admin.submit(sql), '55000', 10, sql)
         assert 'shared_preload_libraries' in (e.diag.message_hint or ''), e
+
+
+WAITS_SQL = ('SELECT pid, database, resource, mode, since, timeout, '
+             'deadline FROM zk_waits WHERE resource = %s')
+# README's exporter query for the longest wait in progress
+LONGEST_SQL = ('SELECT count(*) AS waiting, coalesce(max(extract(epoch FROM '
+               'clock_timestamp() - since)), 0) AS longest_wait_seconds '
+               'FROM zk_waits')
+# README's query of the zklock waits alone, on every major
+ALONE_SQL = ('SELECT a.pid, a.wait_event_type, a.wait_event, w.resource '
+             'FROM zk_waits w JOIN pg_stat_activity a USING (pid)')
+
+
+def test_current_waits_shown_while_they_last(ctx):
+    """zk_waits (1.7) shows a wait in progress: the waiter's pid, database,
+    lock, mode, start time (after the call was sent, before it was read),
+    timeout and deadline (the call's start plus its timeout; none without
+    one); README's exporter query gives its age as the longest wait and
+    README's query of zklock waits finds it in pg_stat_activity, and only
+    it (the holder, idle in its transaction, is not there); the row is gone
+    as soon as the wait ends, by a grant and by a cancel alike."""
+    s = on(ctx, 'cw-admin')
+    h = on(ctx, 'cw-h')
+    w = on(ctx, 'cw-w')
+    res = 'cw-work'
+    ctx.zi.wait_contenders(res, 0)
+    assert s.query(WAITS_SQL, [res]) == []
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, [res, LONG]), 10, 'holder')
+
+    sent = s.scalar('SELECT clock_timestamp()')
+    f = w.submit(LOCK_X, [res, LONG])
+    rows = wait_until(lambda: s.query(WAITS_SQL, [res]), 10, 'the wait shown')
+    seen = s.scalar('SELECT clock_timestamp()')
+    assert len(rows) == 1, rows
+    pid, db, name, mode, since, timeout, deadline = rows[0]
+    assert (pid, db, name, mode) == (w.pid, DB, res, 'exclusive'), rows
+    assert sent <= since <= seen, (sent, since, seen)
+    assert timeout == datetime.timedelta(seconds=60), timeout
+    # the deadline counts from the call's start, a little before the wait
+    assert since < deadline <= since + timeout, (since, deadline)
+    assert deadline > since + timeout - datetime.timedelta(seconds=5)
+
+    waiting, longest = s.query(LONGEST_SQL)[0]
+    now = s.scalar('SELECT clock_timestamp()')
+    assert waiting == 1, waiting
+    assert 0 < longest <= (now - since).total_seconds(), (longest, now, since)
+
+    alone = s.query(ALONE_SQL)
+    event = 'ZklockQueue' if harness.PG_MAJOR >= 17 else 'Extension'
+    assert alone == [(w.pid, 'Extension', event, res)], alone
+
+    h.query('COMMIT')
+    token_of(f, 10, 'waiter')
+    # cleared before the call returned
+    assert s.query(WAITS_SQL, [res]) == []
+    assert s.query(LONGEST_SQL)[0][0] == 0
+
+    # no timeout: none shown; a shared wait; ended by a cancel
+    ctx.zi.wait_contenders(res, 0)
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, [res, LONG]), 10, 'holder')
+    f = w.submit('SELECT zk_lock_shared(%s)', [res])
+    rows = wait_until(lambda: s.query(WAITS_SQL, [res]), 10, 'the wait shown')
+    assert [r[:4] + r[5:] for r in rows] == \
+        [(w.pid, DB, res, 'shared', None, None)], rows
+    w.cancel()
+    expect_sqlstate(f, '57014', 10, 'canceled wait')
+    assert s.query(WAITS_SQL, [res]) == []
+    h.query('COMMIT')
+
+
+def test_false_try_counted(ctx):
+    """A zk_try_* call that returns false counts once in failed_tries (1.7)
+    of its name and kind, and in zk_stat_cluster's total, never as a
+    timeout; an array try that returns false charges the name that was not
+    free; a try that returns true counts as an acquisition only."""
+    s = on(ctx, 'ft-admin')
+    s.query('SELECT zk_stat_reset()')
+    h = on(ctx, 'ft-h')
+    w = on(ctx, 'ft-w')
+    ctx.zi.wait_contenders('ft-a', 0)
+    h.query('BEGIN')
+    token_of(h.submit(LOCK_X, ['ft-a', LONG]), 10, 'holder')
+    assert w.scalar(TRY_X, ['ft-a']) is False
+    assert w.scalar(TRY_S, ['ft-a']) is False
+    assert w.scalar('SELECT zk_try_lock_exclusive(%s::text[])',
+                    [['ft-b', 'ft-a']]) is False
+    assert w.scalar(TRY_X, ['ft-b']) is True
+    h.query('COMMIT')
+    q = ('SELECT name, kind, acquisitions, timeouts, failed_tries '
+         'FROM zk_stat_locks WHERE name LIKE %s ORDER BY name, kind')
+    assert s.query(q, ['ft-%']) == [('ft-a', 'exclusive', 1, 0, 2),
+                                    ('ft-a', 'shared', 0, 0, 1),
+                                    ('ft-b', 'exclusive', 1, 0, 0)], \
+        s.query(q, ['ft-%'])
+    assert s.query('SELECT acquisitions, timeouts, failed_tries '
+                   'FROM zk_stat_cluster') == [(2, 0, 3)]
+
+
+def readme_exporter_queries():
+    """{name: (query, [metric names])} of README's postgres_exporter
+    queries.yaml block."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), 'README.md')) as f:
+        text = f.read()
+    block = re.search(r'```yaml\n(zklock_locks:.*?)```', text, re.S).group(1)
+    out = {}
+    for m in re.finditer(r'^(\w+):\n  query: "([^"]+)"\n  metrics:\n'
+                         r'((?:    - .*\n)+)', block, re.M):
+        out[m.group(1)] = (m.group(2),
+                           re.findall(r'^    - (\w+):', m.group(3), re.M))
+    return out
+
+
+def test_readme_exporter_queries_run(ctx):
+    """README's postgres_exporter queries, as written, run for a member of
+    pg_read_all_stats and give every metric they declare, max_wait_time
+    and failed_tries among them, and the longest current wait."""
+    queries = readme_exporter_queries()
+    assert set(queries) == {'zklock_locks', 'zklock_cluster', 'zklock_waits',
+                            'zklock_version'}, queries
+    assert 'max_wait_seconds' in queries['zklock_locks'][1]
+    assert 'failed_tries' in queries['zklock_locks'][1]
+    assert 'longest_wait_seconds' in queries['zklock_waits'][1]
+    pg = ctx.shared.pg
+    mon = 'zklock_st_exporter'
+    pg.psql('DROP ROLE IF EXISTS %s' % mon)
+    pg.psql('CREATE ROLE %s IN ROLE pg_read_all_stats' % mon)
+    s = on(ctx, 'st-exporter')
+    try:
+        token_of(s.submit(LOCK_X, ['st-exporter', LONG]), 10)
+        s.query('SET ROLE %s' % mon)
+        for name, (sql, metrics) in queries.items():
+            rows = s.query('SELECT to_jsonb(q) FROM (%s) q' % sql)
+            assert rows, name
+            for (row,) in rows:
+                assert sorted(row) == sorted(metrics), (name, row, metrics)
+        s.query('RESET ROLE')
+    finally:
+        s.close()
+        pg.psql('DROP ROLE %s' % mon)
 
 
 def test_since_of_a_fresh_cluster(ctx):
@@ -544,7 +690,8 @@ def test_restart_keeps_figures_on_18_only(ctx):
     assert s.query('SELECT names_tracked, evictions, acquisitions, waits, '
                    'timeouts FROM zk_stat_cluster') == [(40, 4, 46, 1, 1)]
     assert len(rows) == 40, rows
-    since = cluster[0][-1]
+    # by name: failed_tries (1.7) comes after stats_since
+    since = s.scalar('SELECT stats_since FROM zk_stat_cluster')
     for b in (s, h, w):
         b.close()
 
