@@ -151,7 +151,8 @@ zks_get_status(ZksStatus *status)
 
 	if (zh == NULL)
 	{
-		status->state = "none";
+		/* no handle: never asked for, or the last connect found no server */
+		status->state = zks_gave_up_since != 0 ? "failed" : "none";
 		return;
 	}
 	if (st == ZOO_CONNECTED_STATE)

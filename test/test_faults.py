@@ -184,7 +184,8 @@ def test_timeout_bounds_the_wait_for_a_session(ctx):
     """The call's timeout (and lock_timeout) bound the wait for a session
     too: with no server answering and connect_timeout 10 s, a call with
     timeout '1 second' fails with 55P03 after about 1 s, not 08001 after
-    10 s.  Without a timeout, connect_timeout gives 08001."""
+    10 s.  Without a timeout, connect_timeout gives 08001, and zk_status()
+    then says 'failed' (not 'none', as before a first call)."""
     closed = harness.closed_port()
     b = ctx.backend('fault-connect-bound')
     b.query("SET zklock.hosts = '127.0.0.1:%d'" % closed)
@@ -203,3 +204,14 @@ def test_timeout_bounds_the_wait_for_a_session(ctx):
     b.query("SET zklock.connect_timeout = '1s'")
     expect_sqlstate(b.submit('SELECT zk_lock_exclusive(%s)', ['fault-connect']),
                     '08001', 15, 'call without a timeout')
+    # zk_status() tells a failed connect from a backend that never tried
+    # (issue 42: it said 'none' for both), and a connect that works again
+    # shows connected
+    assert b.scalar('SELECT state FROM zk_status()') == 'failed'
+    b.query('RESET zklock.hosts')
+    b.query('RESET zklock.connect_timeout')
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, ['fault-connect', '10 seconds']), 15,
+             'the lock once the hosts are right again')
+    assert b.scalar('SELECT state FROM zk_status()') == 'connected'
+    b.query('COMMIT')
