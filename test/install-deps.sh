@@ -20,6 +20,8 @@ PACKAGES=(
     libasan8 libubsan1                   # make test SANITIZE=1: gcc's sanitizer runtimes
     pgbouncer                            # test_pooler: started by the test itself,
                                          # never as Debian's service (below)
+    postgresql-15-cron                   # test_cron: pg_cron (Debian has it for 15 only;
+                                         # under the other majors test_cron is skipped)
 )
 
 installed() {
