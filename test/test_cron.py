@@ -36,7 +36,6 @@ import os
 import re
 import time
 
-import psycopg2
 import pytest
 
 import harness
@@ -122,7 +121,6 @@ def start_cluster(ctx, name, conf):
 def module_setup(ctx):
     ctx.shared.clusters = []
     setup, shared_sql, variant = recipe_sql()
-    ctx.shared.variant = variant
     # the shared database of the variant
     s = start_cluster(ctx, 'cron_shared', {'password_encryption':
                                            'scram-sha-256'})
