@@ -427,6 +427,11 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		 */
 		TimestampTz limit;
 
+		/* one round's search is dropped at the next (20 a second) */
+		MemoryContext round = AllocSetContextCreate(cxt,
+													"zklock deadlock confirmation",
+													ALLOCSET_DEFAULT_SIZES);
+
 		for (int k = 0; k < first->len; k++)
 			if (first->m[k].has_record && first->m[k].session != zks_session_id())
 				zkwr_wake(w, first->m[k].rec->path, first->m[k].rec->data,
@@ -437,13 +442,18 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 											DeadlockTimeout);
 		for (;;)
 		{
-			Cycle	   *again_seen = palloc0(sizeof(Cycle));
+			Cycle	   *again_seen;
 			TimestampTz nap = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														  CONFIRM_NAP_MS);
+			bool		seen;
 
+			MemoryContextReset(round);
+			MemoryContextSwitchTo(round);
+			again_seen = palloc0(sizeof(Cycle));
 			(void) zks_wait_event(zks_event_mark(), Min(nap, limit));
-			if (!zkd_search(w, deadline, again_seen) ||
-				!same_cycle(first, again_seen))
+			seen = zkd_search(w, deadline, again_seen);
+			MemoryContextSwitchTo(cxt);
+			if (!seen || !same_cycle(first, again_seen))
 				break;			/* gone, or no longer ours to break */
 			if (beats_advanced(first, again_seen))
 				deadlock_error(again_seen);

@@ -361,6 +361,14 @@ zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
 	{
 		bool		mutex = zka_run_queue(m);
 
+		/*
+		 * The wait for the mutex is over: its wait record and twin go now,
+		 * not when the mutex is let go.  The wait for room that may follow
+		 * has this session's record and twin paths too, and an old twin
+		 * left there would list PostgreSQL-local edges of a moment gone
+		 * (the review of issue 38: a false 40P01).
+		 */
+		zkd_wait_end(&m->dl);
 		a->waited = m->waited;
 		if (mutex && !curator)
 			held = lease_counted_before_create(a, m, max_holders);
@@ -378,6 +386,7 @@ zksem_acquire(ZkaAttempt *a, const char *relpath, int max_holders)
 				zka_abandon(a);
 				begin_round(a, m, path);
 				(void) zka_run_queue(m);	/* not a try: true or ERROR */
+				zkd_wait_end(&m->dl);	/* (as above) */
 				a->waited = true;
 				lease_counted_after_create(a, max_holders);
 				held = true;

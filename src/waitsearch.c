@@ -73,6 +73,7 @@ typedef struct Search
 	int			listed;			/* our own semaphore wait's last listing */
 	bool		failed;			/* ZooKeeper did not answer as needed */
 	bool		incomplete;		/* a path left out: the answer is not final */
+	bool		own_twin;		/* the listing shows our own twin */
 } Search;
 
 /*
@@ -173,6 +174,7 @@ list_records(Search *s)
 			s->incomplete = true;	/* (lists left out: not final) */
 		else
 		{
+			s->own_twin |= (session == zks_session_id());
 			twin_names[ntwin_names] = names[i];
 			twin_sessions[ntwin_names++] = session;
 		}
@@ -212,6 +214,16 @@ list_records(Search *s)
 	PG_END_TRY();
 }
 
+/* Did the listing show a record of session? */
+static bool
+session_listed(Search *s, int64 session)
+{
+	for (int i = 0; i < s->nlisted; i++)
+		if (s->listed_sessions[i] == session)
+			return true;
+	return false;
+}
+
 /*
  * The record of session, read the first time it is asked for; NULL if it
  * has none (not in the listing: no request), it went since, or it is not
@@ -231,8 +243,7 @@ record_of_session(Search *s, int64 session)
 	for (int i = 0; i < s->ncache; i++)
 		if (s->cached[i] == session)
 			return s->cache[i];
-	for (int i = 0; i < s->nlisted && !listed; i++)
-		listed = (s->listed_sessions[i] == session);
+	listed = session_listed(s, session);
 	if (!listed || s->failed)
 		return NULL;
 	if (s->ncache == s->cache_room)
@@ -265,6 +276,47 @@ record_of_session(Search *s, int64 session)
 	s->cached[s->ncache] = session;
 	s->cache[s->ncache++] = (rc == ZKS_OK) ? rec : NULL;
 	return s->cache[s->ncache - 1];
+}
+
+/*
+ * Is this twin the list of its owner's wait as it is now?  A twin is
+ * written just before its record, with the same data, and deleted just
+ * before the record is written without a list; so one that differs from
+ * the record read in this same search is a list of another moment: being
+ * replaced, being deleted (the member was woken by a victim and its list
+ * emptied: the twin read before the delete, the record after its beat),
+ * or left by an earlier wait of that session.  Its edges are not used,
+ * and the search is not final.
+ */
+static bool
+twin_is_current(Search *s, const Record *twin)
+{
+	Record	   *rec = record_of_session(s, twin->session);
+
+	if (rec != NULL && rec->len == twin->len &&
+		memcmp(rec->data, twin->data, twin->len) == 0)
+		return true;
+	s->incomplete = true;
+	return false;
+}
+
+/* Does a current twin list backend who as waiting in the lock manager? */
+static bool
+listed_as_blocked(Search *s, const ZkwBackend *who, int twin)
+{
+	const ZkwRecord *r = &s->twins[twin].r;
+	ZkwBackend	b;
+
+	b.sysid = r->sysid;
+	b.has_start = r->has_start;
+	b.start = r->start;
+	for (int k = 0; k < r->nblocked; k++)
+	{
+		b.pid = r->blocked[k];
+		if (zkw_same_backend(&b, who))
+			return true;
+	}
+	return false;
 }
 
 /* The member for session, added (and queued) if new; -1 if full. */
@@ -350,21 +402,9 @@ add_edge(Search *s, int from, int to, bool pg)
 static void
 pg_edges_from(Search *s, int holder, const ZkwBackend *who)
 {
-	for (int i = 0; i < s->ntwins; i++)
-	{
-		const ZkwRecord *r = &s->twins[i].r;
-		ZkwBackend	b;
-
-		b.sysid = r->sysid;
-		b.has_start = r->has_start;
-		b.start = r->start;
-		for (int k = 0; k < r->nblocked; k++)
-		{
-			b.pid = r->blocked[k];
-			if (zkw_same_backend(&b, who))
-				add_edge(s, holder, member(s, s->twins[i].session), true);
-		}
-	}
+	for (int i = 0; i < s->ntwins && !s->failed; i++)
+		if (listed_as_blocked(s, who, i) && twin_is_current(s, &s->twins[i]))
+			add_edge(s, holder, member(s, s->twins[i].session), true);
 }
 
 /*
@@ -474,6 +514,27 @@ meet_owner(Search *s, int u, int64 owner, const char *data)
 
 	if (owner == s->m[u].session || owner == 0)
 		return;					/* its own node, or no session's */
+
+	/*
+	 * A session that publishes no record and that no twin lists (a holder
+	 * that waits for nothing, a client that publishes nothing) has no edge
+	 * out: it can be on no cycle, so it takes no member's place.  Hundreds
+	 * of shared holders or leases would fill the table otherwise, and a
+	 * search that left paths out is made again and again.  Not for a
+	 * semaphore's waiter: it waits for any one of its holders to go, so
+	 * every holder must be in the graph, those free to go included
+	 * (zkw_certain), or one on a cycle would look like all of them.
+	 */
+	if (s->m[u].leases == NULL && !session_listed(s, owner))
+	{
+		bool		blocked = false;
+
+		if (zkw_parse_owner(data, &who))
+			for (int i = 0; i < s->ntwins && !blocked; i++)
+				blocked = listed_as_blocked(s, &who, i);
+		if (!blocked)
+			return;
+	}
 	v = member(s, owner);
 	if (v < 0)
 		return;
@@ -490,7 +551,16 @@ meet_owner(Search *s, int u, int64 owner, const char *data)
 	}
 }
 
-/* Edges out of waiting member u: the owners of the contenders ahead. */
+/*
+ * Edges out of waiting member u: the owners of the queue's holders ahead.
+ *
+ * A member whose record shows a wait that is over (its queue or node
+ * gone, or granted) makes the answer not final: its record may outlive
+ * the wait (its delete waits for a reconnect), and meanwhile the record
+ * hides what the session does now, a wait in PostgreSQL's lock manager
+ * included; the delete that ends that is a write followed by no search
+ * (the review of issue 38).  The search is made again, as in 1.6.
+ */
 static void
 expand(Search *s, int u)
 {
@@ -510,8 +580,13 @@ expand(Search *s, int u)
 	if (slash == NULL || slash == node)
 		return;
 	q = queue_of(s, pnstrdup(node, slash - node));
-	if (q == NULL || q->gone)
-		return;					/* (its queue is gone: no longer waits) */
+	if (q == NULL)
+		return;
+	if (q->gone)
+	{
+		s->incomplete = true;	/* no longer waits (see above) */
+		return;
+	}
 
 	nobody = palloc0(sizeof(int64) * Max(q->ncs, 1));
 	ahead = palloc(sizeof(int) * (Max(q->ncs, 1) + 1));
@@ -519,7 +594,10 @@ expand(Search *s, int u)
 	nahead = zkw_blockers(q->cs, nobody, q->ncs, slash + 1, s->m[u].mode, -1,
 						  ahead);
 	if (nahead <= 0)
-		return;					/* granted meanwhile, or gone */
+	{
+		s->incomplete = true;	/* granted meanwhile, or gone */
+		return;
+	}
 
 	/*
 	 * Edges to the queue's holders alone, not to the waiters between
@@ -540,7 +618,10 @@ expand(Search *s, int u)
 	 */
 	nahead = zkw_holders_ahead(q->cs, q->ncs, slash + 1, ahead);
 	if (nahead <= 0)
+	{
+		s->incomplete = true;
 		return;
+	}
 
 	/*
 	 * The waiting node must be the member's own: a record naming another
@@ -551,9 +632,13 @@ expand(Search *s, int u)
 			break;
 	ahead[nahead] = me;
 	read_nodes(s, q, ahead, nahead + 1);
-	if (s->failed || q->rc[me] != ZKS_OK ||
-		q->st[me].ephemeral_owner != s->m[u].session)
+	if (s->failed)
 		return;
+	if (q->rc[me] != ZKS_OK || q->st[me].ephemeral_owner != s->m[u].session)
+	{
+		s->incomplete = true;
+		return;
+	}
 	for (int i = 0; i < nahead && !s->failed; i++)
 	{
 		int			c = ahead[i];
@@ -605,7 +690,10 @@ expand_semaphore(Search *s, int u)
 		return;
 	}
 	if (orc != ZKS_OK || lrc != ZKS_OK)
-		return;					/* its wait is over */
+	{
+		s->incomplete = true;	/* its wait is over */
+		return;
+	}
 
 	gets = palloc0(sizeof(ZksRequest *) * Max(n, 1));
 	PG_TRY();
@@ -680,6 +768,27 @@ zkd_search(ZkdWait *w, TimestampTz deadline, Cycle *cycle)
 	list_records(s);
 	if (s->failed)
 		return false;
+
+	/*
+	 * Our own twin, as the listing shows it: one we wrote can be gone (a
+	 * sweep for a lost create's reply matches its name too, or a delete of
+	 * an earlier wait's twin still on its way when we took it over), and
+	 * nothing else would tell; one we did not write is an earlier wait's.
+	 */
+	if (w->twin != NULL && !s->own_twin)
+	{
+		w->twin = NULL;			/* written again at the next check */
+		w->dirty = true;
+		return false;
+	}
+	if (w->twin == NULL && s->own_twin)
+	{
+		zks_delete_async(psprintf("%s/%016llx%s", s->parent,
+								  (unsigned long long) zks_session_id(),
+								  ZKWR_TWIN_SUFFIX));
+		s->incomplete = true;
+	}
+
 	if (record_of_session(s, zks_session_id()) == NULL)
 	{
 		if (s->failed)

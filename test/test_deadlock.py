@@ -17,7 +17,7 @@ import psycopg2
 
 import harness
 from test_package import control_version
-from test_multisession import expect_sqlstate, token_of
+from test_multisession import expect_sqlstate, stays, token_of
 
 TIMEOUT = 180
 DB = 'zklock_dl'
@@ -705,6 +705,57 @@ def test_semaphore_holder_outside_the_cycle_is_no_deadlock(ctx):
     w.query('COMMIT')
     fa.result(15)
     a.query('COMMIT')
+    harness.wait_until(lambda: not waits_left(ctx), 15, 'no wait record left')
+
+
+def test_semaphore_mutex_wait_leaves_no_old_list(ctx):
+    """The review of issue 38: a false 40P01 through a list of local edges
+    from a wait that was over.  In kazoo's layout, H holds the only lease
+    of a semaphore (session scope); a kazoo client K holds its internal
+    mutex; W, which holds a row, asks for the semaphore and queues behind
+    K.  H then waits for W's row: W's check writes that edge (the twin of
+    its record).  H's wait is cancelled (H keeps its lease and waits for
+    nothing), K lets the mutex go, and W, now holding the mutex, waits for
+    room.  The mutex wait's twin, still listing H, met W's new record: W
+    found W -> H -> W, a cycle that no longer existed, and got 40P01 about
+    a second after it began to wait for room.  Now the mutex wait's record
+    and twin go when the mutex is granted, and a search trusts a twin only
+    if it equals its owner's record: W keeps waiting, and is granted when
+    H lets its lease go."""
+    res = 'dl-semtwin-%d' % (int(time.time() * 1000) % 100000)
+    path = '%s/%s' % (ctx.root, res)
+    h = on(ctx, 0, 'dl-semtwin-h')
+    w = on(ctx, 0, 'dl-semtwin-w')
+    for b in (h, w):
+        b.query("SET zklock.protocol = 'kazoo'")
+    token_of(h.submit('SELECT zk_session_lock_semaphore(%s, 1)', [res]), 15,
+             'H holds the lease')
+    k = ctx.kz.Lock(path + '-__lock__', 'kazoo-K')
+    assert k.acquire(timeout=15), 'K takes the mutex'
+    try:
+        w.query('BEGIN')
+        w.query('UPDATE dl_rows SET v = v + 1 WHERE id = 8')
+        fw = w.submit('SELECT zk_lock_semaphore(%s, 1, %s::interval)',
+                      [res, LONG])
+        fh = row(h, 8)
+        harness.wait_until(lambda: in_lock_wait(ctx, 0, h.pid), 10,
+                           'H waits for W\'s row')
+        # W's mutex wait publishes H in its list (the record's twin)
+        harness.wait_until(lambda: (own_record(ctx, w.pid) or (0, []))[1] ==
+                           [h.pid], DEADLOCK_S + 10,
+                           'W\'s record lists H')
+        assert any(n.endswith('-blocked') for n in waits_left(ctx))
+        mon = on(ctx, 0, 'dl-semtwin-mon')
+        assert mon.scalar('SELECT pg_cancel_backend(%s)', [h.pid]) is True
+        expect_sqlstate(fh, '57014', 10, 'H\'s cancelled row wait')
+    finally:
+        k.release()
+    # W now holds the mutex and waits for room, which only H can make
+    stays(lambda: not fw.done(), DEADLOCK_S * 4,
+          'W waiting for room with no 40P01')
+    h.query('SELECT zk_unlock_all()')
+    token_of(fw, 15, 'W once H lets its lease go')
+    w.query('COMMIT')
     harness.wait_until(lambda: not waits_left(ctx), 15, 'no wait record left')
 
 
