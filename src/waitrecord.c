@@ -166,22 +166,39 @@ format_own(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 }
 
 /*
+ * Create the records' parent: a container, like a lock parent.  Returns
+ * false if ZooKeeper would not have it now.
+ */
+static bool
+make_waits_parent(ZkdWait *w, TimestampTz deadline)
+{
+	ZksRc		rc;
+
+	w->req = zks_send_create(zkwr_waits_parent(), "", 0, ZKS_CONTAINER);
+	rc = zks_wait(w->req, deadline);	/* an ERROR: zkd_wait_end */
+	zks_done(w->req);
+	w->req = NULL;
+	return rc == ZKS_OK || rc == ZKS_NODEEXISTS;
+}
+
+/*
  * Keep the twin of our record (waitrecord.h) while our list of local
  * edges is not empty, with the record's data; delete it when the list
  * empties.  Written before the record, on the same connection, so that a
  * search that reads the record's new version (the search of our own that
  * follows, among them) finds the twin as new: ZooKeeper applies one
  * session's requests in order.  A twin whose delete is still on its way
- * lists edges that may be gone, as a record not yet rewritten does; the
- * victim acts only on a cycle seen twice with every member's beat moved
- * on (deadlock.c).  Its path is kept where the record's is.  Returns
- * false if ZooKeeper would not have it now.
+ * lists edges that may be gone, as a record not yet rewritten does: a
+ * search uses a twin only if it equals its owner's record as read in the
+ * same search (waitsearch.c).  Its path is kept where the record's is.
+ * Returns false if ZooKeeper would not have it now.
  */
 static bool
 write_twin(ZkdWait *w, const char *data, int len, MemoryContext keep,
 		   TimestampTz deadline)
 {
 	ZksRc		rc;
+	char	   *path;
 
 	if (w->nblocked == 0)
 	{
@@ -200,12 +217,13 @@ write_twin(ZkdWait *w, const char *data, int len, MemoryContext keep,
 			return rc == ZKS_OK;
 		w->twin = NULL;			/* gone (a sweep): made again below */
 	}
-	for (int tries = 0; tries < 2; tries++)
+	/* (allocated first: once the create is claimed nothing may fail) */
+	path = MemoryContextStrdup(keep,
+							   psprintf("%s/%016llx%s", zkwr_waits_parent(),
+										(unsigned long long) zks_session_id(),
+										ZKWR_TWIN_SUFFIX));
+	for (int tries = 0; tries < 3; tries++)
 	{
-		char	   *path = psprintf("%s/%016llx%s", zkwr_waits_parent(),
-									(unsigned long long) zks_session_id(),
-									ZKWR_TWIN_SUFFIX);
-
 		w->req = zks_send_create(path, data, len, ZKS_EPHEMERAL);
 		rc = zks_wait(w->req, deadline);
 		if (rc == ZKS_OK)
@@ -219,15 +237,18 @@ write_twin(ZkdWait *w, const char *data, int len, MemoryContext keep,
 			rc = zks_wait(w->req, deadline);
 			zks_done(w->req);
 			w->req = NULL;
+			if (rc == ZKS_NONODE)
+				continue;		/* the delete landed: create again */
+		}
+		else if (rc == ZKS_NONODE)
+		{
+			if (!make_waits_parent(w, deadline))
+				return false;
+			continue;
 		}
 		if (rc == ZKS_OK)
-		{
-			w->twin = MemoryContextStrdup(keep, path);
-			return true;
-		}
-		if (rc != ZKS_NONODE)
-			return false;
-		/* (the delete landed between our create and set: create again) */
+			w->twin = path;
+		return rc == ZKS_OK;
 	}
 	return false;
 }
@@ -353,14 +374,6 @@ zkwr_publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	data = format_own(w, resource, node, mode, leases, &len);
 	if (len == 0)
 		return false;
-	/* (the records' parent exists once a twin is written: wrote it first) */
-	if (w->nblocked > 0)
-	{
-		w->req = zks_send_create(zkwr_waits_parent(), "", 0, ZKS_CONTAINER);
-		(void) zks_wait(w->req, deadline);	/* an ERROR: zkd_wait_end */
-		zks_done(w->req);
-		w->req = NULL;
-	}
 	if (!write_twin(w, data, len, CurrentMemoryContext, deadline))
 		return false;
 
@@ -386,12 +399,7 @@ zkwr_publish(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 		w->req = NULL;
 		if (rc == ZKS_NONODE)
 		{
-			/* the records' parent: a container, like a lock parent */
-			w->req = zks_send_create(zkwr_waits_parent(), "", 0, ZKS_CONTAINER);
-			rc = zks_wait(w->req, deadline);	/* an ERROR: zkd_wait_end */
-			zks_done(w->req);
-			w->req = NULL;
-			if (rc != ZKS_OK && rc != ZKS_NODEEXISTS)
+			if (!make_waits_parent(w, deadline))
 				return false;
 		}
 		else if (rc == ZKS_NODEEXISTS)
