@@ -59,6 +59,14 @@ static uint64 n_grants = 0;
 static uint64 n_waits = 0;
 static uint64 n_lost = 0;
 
+/*
+ * Entries marked lost, and how many losses the session layer had noticed
+ * when the table last took them in (zkl_fold_losses): while both say
+ * nothing new, a statement's start costs no scan.
+ */
+static int	lost_entries = 0;
+static uint64 folded_losses = 0;
+
 const char *
 zkl_scope_name(ZklScope scope)
 {
@@ -225,6 +233,8 @@ zkl_release_if_unused(ZklLock *lock)
 	}
 	else if (!lock->borrowed)
 		zks_unwatch_node(lock->node);	/* lost: forget its watch */
+	if (lock->lost != ZKL_LOST_NONE)
+		lost_entries--;
 	pfree(lock->parent);
 	pfree(lock->node);
 	pfree(lock->prefix);
@@ -235,6 +245,7 @@ zkl_release_if_unused(ZklLock *lock)
 	resource = (char *) lock->key.resource;
 	hash_search(lock_table, &lock->key, HASH_REMOVE, NULL);
 	pfree(resource);
+	zks_note_holding(hash_get_num_entries(lock_table));
 }
 
 static void
@@ -262,6 +273,7 @@ mark_lost(ZklLock *lock, ZklLost why)
 	{
 		zkl_record_loss(lock, why);
 		n_lost++;
+		lost_entries++;
 		zkst_lost(lock->key.resource, lock->key.mode);
 	}
 }
@@ -272,6 +284,112 @@ zkl_mark_if_session_lost(ZklLock *lock)
 {
 	if (lock->session_id != zks_session_id() || zks_session_expired())
 		mark_lost(lock, ZKL_LOST_SESSION);
+}
+
+/*
+ * What the backend knows of a lock's loss without asking the ensemble:
+ * marked already, its session gone, or its node's watch reported the
+ * deletion (session_watch.c).
+ */
+static ZklLost
+known_loss(ZklLock *lock)
+{
+	if (lock->lost != ZKL_LOST_NONE)
+		return lock->lost;
+	if (lock->session_id != zks_session_id() || zks_session_expired())
+		return ZKL_LOST_SESSION;
+	if (zks_watch_state(lock->node) == ZKS_WATCH_DELETED)
+		return ZKL_LOST_DELETED;
+	return ZKL_LOST_NONE;
+}
+
+/*
+ * Take in the losses the session layer noticed: mark (and count) every
+ * lock known lost.  Returns how many are lost, with the one to name in
+ * *first.  Costs no scan while nothing new was noticed and nothing is
+ * marked.
+ */
+int
+zkl_fold_losses(ZklLock **first)
+{
+	HASH_SEQ_STATUS status;
+	ZklLock    *lock;
+	uint64		seen;
+	int			n = 0;
+
+	if (first != NULL)
+		*first = NULL;
+	if (!have_locks())
+		return 0;
+	seen = zks_loss_count();
+	if (seen == folded_losses && lost_entries == 0)
+		return 0;
+	folded_losses = seen;
+	hash_seq_init(&status, lock_table);
+	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+	{
+		ZklLost		why = known_loss(lock);
+
+		if (why == ZKL_LOST_NONE)
+			continue;
+		mark_lost(lock, why);
+		if (first != NULL && (*first == NULL || zkl_report_before(lock, *first)))
+			*first = lock;
+		n++;
+	}
+	return n;
+}
+
+bool
+zkl_any_loss(void)
+{
+	return zkl_fold_losses(NULL) > 0;
+}
+
+/* Before a statement runs: ERROR 40001 if a held lock is known lost. */
+void
+zkl_refuse_if_lost(void)
+{
+	ZklLock    *first;
+	int			n = zkl_fold_losses(&first);
+
+	if (n > 0)
+		zkl_lost_error(first, n - 1);
+}
+
+/*
+ * Failfast.c's error context callback, on a cancel that stood for a loss:
+ * give the error being raised the loss's fields.  Runs inside errfinish,
+ * in ErrorContext, so it marks nothing (marking counts in the statistics):
+ * it names the loss from copies, and the abort that follows marks it.
+ */
+void
+zkl_lost_fields_now(void)
+{
+	HASH_SEQ_STATUS status;
+	ZklLock    *lock;
+	ZklLock		first;
+	int			n = 0;
+
+	if (!have_locks())
+		return;
+	hash_seq_init(&status, lock_table);
+	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
+	{
+		ZklLock		copy;
+		ZklLost		why = known_loss(lock);
+
+		if (why == ZKL_LOST_NONE)
+			continue;
+		copy = *lock;
+		if (copy.lost == ZKL_LOST_NONE)
+			zkl_record_loss(&copy, why);
+		if (n == 0 || zkl_report_before(&copy, &first))
+			first = copy;
+		n++;
+	}
+	if (n > 0)
+		(void) zkl_lost_fields(&first, n - 1);
 }
 
 
@@ -452,8 +570,14 @@ zkl_xact_callback(XactEvent event, void *arg)
 			zks_set_activity(ZKS_ACTIVITY_NONE);
 			zko_xact_end();
 			zkl_order_xact_end();
+			/* no cancel of ours may reach the next transaction */
+			zks_cancel_disarm();
 			if (have_locks())
+			{
+				/* a loss that canceled a statement counts as one */
+				(void) zkl_fold_losses(NULL);
 				release_xact_holds();
+			}
 			break;
 		default:
 			break;
@@ -472,6 +596,8 @@ zkl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
 		return;
 
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		(void) zkl_fold_losses(NULL);
 	zks_batch_begin();
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
@@ -499,6 +625,16 @@ zkl_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		zkl_release_if_unused(lock);
 	}
 	zks_batch_end();
+
+	/*
+	 * ROLLBACK TO, or a PL/pgSQL handler about to run, while a lost lock
+	 * still belongs to what goes on: the transaction can do nothing more,
+	 * so its next check for interrupts raises the loss again (a lock taken
+	 * inside the subtransaction went with it, and stops nothing).
+	 */
+	if (event == SUBXACT_EVENT_ABORT_SUB && zklock_cancel_on_loss &&
+		lost_entries > 0)
+		zks_cancel_rearm();
 }
 
 void
@@ -564,6 +700,11 @@ zkl_new_entry(const char *resource, ZkrMode mode, const char *parent,
 	lock->borrowed = borrowed;
 	lock->node_mode = node_mode;
 	lock->max_holders = max_holders;
+	zks_note_holding(hash_get_num_entries(lock_table));
+
+	/* its deletion cancels the statement running under it (failfast.c) */
+	if (!borrowed && zklock_cancel_on_loss)
+		zks_watch_held(node);
 	return lock;
 }
 

@@ -96,6 +96,17 @@ extern void zkl_counters(ZklCounters *c);
 /* Does this backend hold any zklock lock? */
 extern bool zkl_have_locks(void);
 
+/*
+ * Fail fast (failfast.c).  zkl_any_loss: is a held lock known to be lost
+ * (cheap while nothing new was noticed)?  zkl_refuse_if_lost: before a statement runs,
+ * ERROR 40001 naming a held lock known to be lost (its node's watch fired,
+ * its session ended).  zkl_lost_fields_now: from an error context
+ * callback, give the error being raised the fields of that ERROR.
+ */
+extern bool zkl_any_loss(void);
+extern void zkl_refuse_if_lost(void);
+extern void zkl_lost_fields_now(void);
+
 extern const char *zkl_scope_name(ZklScope scope);
 
 #endif							/* ZKLOCK_LOCKTABLE_H */

@@ -118,6 +118,12 @@ extern void zkl_release_if_unused(ZklLock *lock);
 /* A lock whose session ended is lost; no round trip needed to know. */
 extern void zkl_mark_if_session_lost(ZklLock *lock);
 
+/*
+ * Mark every lock known lost (its session gone, its node's watch fired);
+ * returns how many are lost, the one to name in *first (may be NULL).
+ */
+extern int	zkl_fold_losses(ZklLock **first);
+
 /* lostreason.c: what is known of a loss, and the error that reports it */
 
 /* Note why and when lock was found lost (its lost is still NONE). */
@@ -128,6 +134,9 @@ extern bool zkl_report_before(const ZklLock *a, const ZklLock *b);
 
 /* ERROR 40001: the lock was lost, and others more locks with it. */
 pg_noreturn extern void zkl_lost_error(ZklLock *lock, int others);
+
+/* The same error's fields, on an error being raised (returns 0). */
+extern int	zkl_lost_fields(ZklLock *lock, int others);
 
 /* For zk_status(): a node granted, after a wait or not. */
 extern void zkl_count_grant(bool waited);

@@ -66,6 +66,12 @@
 extern PGDLLEXPORT Datum zk_locks(PG_FUNCTION_ARGS);
 extern PGDLLEXPORT Datum zk_status(PG_FUNCTION_ARGS);
 extern PGDLLEXPORT Datum zk_lock_queue(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum zk_unlock(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum zk_unlock_shared(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum zk_unlock_all(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum zk_unlock_semaphore(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum zk_unlock_array(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum zk_unlock_shared_array(PG_FUNCTION_ARGS);
 
 typedef enum ZkoState
 {
@@ -79,11 +85,15 @@ static ZkoState xact_state = ZKO_NOTHING;
 typedef struct LookCheck
 {
 	bool		saw_inspection;
+	bool		release_ok;		/* zklock's unlock functions count as looks */
 } LookCheck;
 
-/* Is funcid one of zklock's inspection functions?  By its C entry point. */
+/*
+ * Is funcid one of zklock's inspection functions (or, with release_ok,
+ * of its unlock functions)?  By its C entry point.
+ */
 static bool
-is_inspection(Oid funcid)
+is_inspection(Oid funcid, bool release_ok)
 {
 	HeapTuple	tup;
 	bool		c_lang;
@@ -99,8 +109,14 @@ is_inspection(Oid funcid)
 	if (!c_lang)
 		return false;
 	fmgr_info(funcid, &fi);
-	return fi.fn_addr == zk_locks || fi.fn_addr == zk_status ||
-		fi.fn_addr == zk_lock_queue;
+	if (fi.fn_addr == zk_locks || fi.fn_addr == zk_status ||
+		fi.fn_addr == zk_lock_queue)
+		return true;
+	return release_ok &&
+		(fi.fn_addr == zk_unlock || fi.fn_addr == zk_unlock_shared ||
+		 fi.fn_addr == zk_unlock_all || fi.fn_addr == zk_unlock_semaphore ||
+		 fi.fn_addr == zk_unlock_array ||
+		 fi.fn_addr == zk_unlock_shared_array);
 }
 
 /* check_functions_in_node's checker: true for a function that may act */
@@ -109,7 +125,7 @@ may_act(Oid funcid, void *context)
 {
 	LookCheck  *c = (LookCheck *) context;
 
-	if (is_inspection(funcid))
+	if (is_inspection(funcid, c->release_ok))
 	{
 		c->saw_inspection = true;
 		return false;
@@ -233,22 +249,71 @@ plan_may_act(Plan *plan, LookCheck *c)
 	return plan_may_act(plan->lefttree, c) || plan_may_act(plan->righttree, c);
 }
 
-/* Is the statement a harmless look at zklock's state? */
+/* Is the statement a plain SELECT whose plan cannot act (see c)? */
 static bool
-is_look(PlannedStmt *stmt)
+plan_only_looks(PlannedStmt *stmt, LookCheck *c)
 {
-	LookCheck	c = {false};
 	ListCell   *lc;
 
 	if (stmt->commandType != CMD_SELECT || stmt->utilityStmt != NULL ||
 		stmt->hasModifyingCTE || stmt->rowMarks != NIL)
 		return false;
-	if (plan_may_act(stmt->planTree, &c))
+	if (plan_may_act(stmt->planTree, c))
 		return false;
 	foreach(lc, stmt->subplans)
-		if (plan_may_act((Plan *) lfirst(lc), &c))
+		if (plan_may_act((Plan *) lfirst(lc), c))
 			return false;
-	return c.saw_inspection;
+	return true;
+}
+
+/* Is the statement a harmless look at zklock's state? */
+static bool
+is_look(PlannedStmt *stmt)
+{
+	LookCheck	c = {false, false};
+
+	return plan_only_looks(stmt, &c) && c.saw_inspection;
+}
+
+/*
+ * May the statement run while a held lock is known lost (failfast.c)?
+ * What cannot act under the lock: a plain SELECT that calls nothing but
+ * built-in non-volatile functions and zklock's inspection and unlock
+ * functions (so that the DBA can look at the loss and acknowledge it).
+ * The functions it runs besides are not watched here as zko_function_
+ * executed watches them for the commit: a function that does work is
+ * either in the plan (and refused here) or runs where no statement starts
+ * (a fast-path call), and then the COMMIT fails as before.
+ */
+bool
+zko_may_run_after_loss(PlannedStmt *stmt)
+{
+	LookCheck	c = {false, true};
+
+	return plan_only_looks(stmt, &c);
+}
+
+/*
+ * The utility statements that may run while a held lock is known lost:
+ * they end the transaction, end a cursor or a prepared statement, or read
+ * and change settings (zklock.cancel_on_loss among them), and DISCARD
+ * ALL acknowledges every session-level loss.
+ */
+bool
+zko_utility_may_run_after_loss(Node *parsetree)
+{
+	switch (nodeTag(parsetree))
+	{
+		case T_TransactionStmt:
+		case T_DiscardStmt:
+		case T_VariableShowStmt:
+		case T_VariableSetStmt:
+		case T_DeallocateStmt:
+		case T_ClosePortalStmt:
+			return true;
+		default:
+			return false;
+	}
 }
 
 void
@@ -270,7 +335,7 @@ zko_statement(PlannedStmt *stmt)
 void
 zko_function_executed(Oid funcid)
 {
-	LookCheck	c = {false};
+	LookCheck	c = {false, false};
 
 	/*
 	 * Cheap when nothing is checked: once the transaction counts as work,

@@ -33,6 +33,13 @@ extern void zko_utility(Node *parsetree);
  */
 extern bool zko_only_looked(void);
 
+/*
+ * May the statement, or the utility statement, run while a held lock is
+ * known lost (failfast.c)?  Looks, unlocks, transaction control, settings.
+ */
+extern bool zko_may_run_after_loss(PlannedStmt *stmt);
+extern bool zko_utility_may_run_after_loss(Node *parsetree);
+
 /* At the end of every transaction. */
 extern void zko_xact_end(void);
 

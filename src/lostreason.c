@@ -104,19 +104,52 @@ lost_errdetail(ZklLock *lock)
 					 sid, lock->node, timestamptz_to_str(lock->lost_at));
 }
 
-void
-zkl_lost_error(ZklLock *lock, int others)
+/*
+ * The fields of the loss's ERROR, set on the error being built: by
+ * zkl_lost_error's ereport, or by failfast.c's error context callback on a
+ * cancel that stood for the loss.
+ */
+int
+zkl_lost_fields(ZklLock *lock, int others)
 {
-	const char *unlock_fn = lock->key.mode == ZKR_MODE_SHARED ?
+	ZklLock		expired;
+	TimestampTz at;
+	TimestampTz since;
+	const char *unlock_fn;
+
+	/*
+	 * A node deleted, by the session's expiry as it turns out: the
+	 * ensemble deletes a session's nodes when it expires it, and the
+	 * notification of that deletion can reach a client that was cut off
+	 * (or frozen) before the reconnect that reports the expiry.  Once the
+	 * expiry is known, it is the better account of what happened.
+	 */
+	if (lock->lost == ZKL_LOST_DELETED &&
+		zks_session_expiry(lock->session_id, &at, &since))
+	{
+		expired = *lock;
+		zkl_record_loss(&expired, ZKL_LOST_SESSION);
+		expired.lost_at = lock->lost_at;
+		lock = &expired;
+	}
+
+	unlock_fn = lock->key.mode == ZKR_MODE_SHARED ?
 		"zk_unlock_shared" : lock->key.mode == ZKR_MODE_SEMAPHORE ?
 		"zk_unlock_semaphore" : "zk_unlock";
 
-	ereport(ERROR,
-			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-			 lost_errmsg(lock, others),
-			 lost_errdetail(lock),
-			 lock->session_count > 0 ?
-			 errhint("Acknowledge the loss with %s(%s) or zk_unlock_all(), then take the lock again; until then every commit of this session fails.",
-					 unlock_fn, quote_literal_cstr(lock->key.resource)) :
-			 errhint("Roll back and run the transaction again: it takes the lock anew, and another holder may have run meanwhile.")));
+	errcode(ERRCODE_T_R_SERIALIZATION_FAILURE);
+	lost_errmsg(lock, others);
+	lost_errdetail(lock);
+	if (lock->session_count > 0)
+		errhint("Acknowledge the loss with %s(%s) or zk_unlock_all(), then take the lock again; until then every commit of this session fails.",
+				unlock_fn, quote_literal_cstr(lock->key.resource));
+	else
+		errhint("Roll back and run the transaction again: it takes the lock anew, and another holder may have run meanwhile.");
+	return 0;
+}
+
+void
+zkl_lost_error(ZklLock *lock, int others)
+{
+	ereport(ERROR, (zkl_lost_fields(lock, others)));
 }

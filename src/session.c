@@ -155,6 +155,8 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 			if (state == ZOO_EXPIRED_SESSION_STATE)
 				zks_expirations++;
 			zkt_drop_tasks_locked();
+			/* every node it held went with it: cancel the statement */
+			zksc_session_ended_locked();
 		}
 	}
 	else

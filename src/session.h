@@ -144,6 +144,37 @@ extern void zks_unwatch_node(const char *path);
 extern bool zks_watch_room(void);
 
 /*
+ * A node this backend now holds: keep a data watch on it (the waiter's own
+ * watch if one is armed, else a new one, sent without waiting for its
+ * reply), so that its deletion cancels the statement running under it
+ * (session_cancel.c).  Never raises; with the table full the node is
+ * simply not watched, and its loss is found at COMMIT as before.
+ */
+extern void zks_watch_held(const char *path);
+
+/*
+ * Fail fast (session_cancel.c).  The session layer cancels the running
+ * statement when a held node is deleted or the session ends, but only
+ * between zks_statement_begin and zks_statement_end (the outermost zklock
+ * frame, failfast.c), and only with zklock.cancel_on_loss
+ * (zks_cancel_setting).  zks_cancel_take tells whether the cancel being
+ * raised is zklock's, and takes it; zks_cancel_disarm takes back one not
+ * yet consumed (every transaction end); zks_cancel_rearm cancels again
+ * (a subtransaction rolled back while a lost lock stays).
+ * zks_note_holding tells how many locks the backend holds (a session
+ * expiry cancels only then), zks_loss_count how many losses the session
+ * layer has noticed so far.
+ */
+extern void zks_cancel_setting(bool enabled);
+extern void zks_note_holding(int entries);
+extern uint64 zks_loss_count(void);
+extern void zks_statement_begin(void);
+extern void zks_statement_end(void);
+extern void zks_cancel_disarm(void);
+extern bool zks_cancel_take(void);
+extern void zks_cancel_rearm(void);
+
+/*
  * One multi request of "check" operations on the first *taken of the n
  * paths (as many as fit well under ZooKeeper's 1 MB limit).  ZKS_OK means
  * every one of them exists.  A multi is a write, so the leader answers:

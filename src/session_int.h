@@ -3,7 +3,7 @@
  * session_int.h
  *	  What the files of the session layer (session.c, session_request.c,
  *	  session_cleanup.c, session_watch.c, session_expiry.c,
- *	  session_status.c) share; nothing
+ *	  session_status.c, session_cancel.c) share; nothing
  *	  outside that layer includes it, or zookeeper.h.
  *
  * src/session_int.h
@@ -169,6 +169,16 @@ extern void zksl_handle_closed(void);
 extern void zkw_node_event_locked(int type, const char *path);
 extern void zkw_session_event_locked(void);
 extern void zkw_forget_all_locked(void);
+
+/* A held node's watch was sent (session_request.c): its outcome. */
+extern void zkw_held_reply_locked(const char *path, int zrc);
+
+/* Send a held node's data watch; its reply goes to zkw_held_reply_locked. */
+extern void zks_send_held_watch(const char *path);
+
+/* session_cancel.c: a held lock is gone, or the session ended. */
+extern void zksc_loss_locked(void);
+extern void zksc_session_ended_locked(void);
 
 /*
  * session_expiry.c, from the session watcher (before it updates

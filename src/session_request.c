@@ -721,6 +721,66 @@ zks_send_watch_data(const char *path)
 	return sent(req, zoo_aget(zh, path, 1, get_completion, req));
 }
 
+/*
+ * The reply to a held node's watch (zks_watch_held).  Nobody waits for it:
+ * the request sits in the abandoned list from the start, so that a close
+ * frees it if this never runs.
+ */
+static void
+held_watch_completion(int rc, const char *value, int value_len,
+					  const struct Stat *stat, const void *data)
+{
+	ZksRequest *req = (ZksRequest *) data;
+
+	zkn_answered();
+	pthread_mutex_lock(&zks_mutex);
+	zkw_held_reply_locked(req->path, rc);
+	unlink_abandoned_locked(req);
+	free_request(req);
+	pthread_mutex_unlock(&zks_mutex);
+	zks_wake_backend();
+}
+
+/*
+ * Never raises: the node is already in the lock table.  A watch that
+ * cannot be sent leaves the node's entry spent, as after a lost reply.
+ */
+void
+zks_send_held_watch(const char *path)
+{
+	ZksRequest *req = calloc(1, sizeof(ZksRequest));
+	int			zrc = ZINVALIDSTATE;
+
+	if (req == NULL || (req->path = strdup(path)) == NULL)
+	{
+		free(req);
+		zrc = ZSYSTEMERROR;
+		req = NULL;
+	}
+	else
+	{
+		req->kind = KIND_GET;
+		pthread_mutex_lock(&zks_mutex);
+		link_abandoned_locked(req);
+		pthread_mutex_unlock(&zks_mutex);
+		if (zh != NULL)
+			zrc = zoo_aget(zh, path, 1, held_watch_completion, req);
+	}
+	if (zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
+		zkn_sent();
+	if (zrc == ZOK)
+		return;
+	pthread_mutex_lock(&zks_mutex);
+	/* refused before its completion was registered: nobody frees it */
+	if (req != NULL && zrc != ZMARSHALLINGERROR && zrc != ZSYSTEMERROR)
+	{
+		unlink_abandoned_locked(req);
+		free_request(req);
+	}
+	zkw_held_reply_locked(path, zrc);
+	pthread_mutex_unlock(&zks_mutex);
+}
+
 ZksRequest *
 zks_send_get(const char *path)
 {

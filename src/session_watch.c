@@ -28,6 +28,10 @@
  * id, and the table forgets a path as soon as its wait or its lock is
  * over, so no later node of the same name can meet the old entry.
  *
+ * A node this backend holds keeps its watch while it is held
+ * (zks_watch_held), and the watcher reports its deletion as a loss, which
+ * cancels the statement running under it (session_cancel.c).
+ *
  * The table is a fixed array of entries whose paths are malloc'd, under
  * zks_mutex: the session watcher (on libzookeeper's completion thread)
  * only changes the state of an entry the backend made; it never allocates
@@ -49,6 +53,8 @@ typedef struct WatchedNode
 {
 	char	   *path;			/* malloc'd */
 	ZksWatchState state;
+	bool		held;			/* a node this backend holds: its deletion
+								 * is a loss (session_cancel.c) */
 } WatchedNode;
 
 /*
@@ -117,6 +123,7 @@ zks_watch_node(const char *path, bool *tracked)
 	{
 		watched[n_watched].path = copy;
 		watched[n_watched].state = ZKS_WATCH_ARMED;
+		watched[n_watched].held = false;
 		n_watched++;
 		copy = NULL;
 		*tracked = true;
@@ -142,6 +149,72 @@ zks_watch_reply(const char *path, ZksRc rc)
 		watched[i].state = (rc == ZKS_NONODE) ? ZKS_WATCH_DELETED :
 			ZKS_WATCH_SPENT;
 	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * A held node keeps a data watch for as long as it is held.  A waiter that
+ * watched its own node keeps that watch; otherwise one is sent now and
+ * not waited for: the lock call returns at once, and the reply, handled
+ * on the completion thread, tells whether the node was already gone.
+ * Until that reply the entry says armed, which the pre-commit check may
+ * believe: its sync goes out behind the watch's request, and the reply to
+ * that request is handled first.  A watch spent by a reconnect is still
+ * registered on the new connection (libzookeeper re-sends its watches);
+ * one spent by a change of the node's data is sent again here only if the
+ * node is held anew, so that change costs fail-fast on that node, never
+ * its loss at COMMIT.
+ */
+void
+zks_watch_held(const char *path)
+{
+	char	   *copy = strdup(path);
+	bool		send = false;
+	int			i;
+
+	pthread_mutex_lock(&zks_mutex);
+	i = find_locked(path);
+	if (i >= 0)
+	{
+		watched[i].held = true;
+		if (watched[i].state == ZKS_WATCH_DELETED)
+			zksc_loss_locked();
+		else if (watched[i].state == ZKS_WATCH_SPENT)
+		{
+			watched[i].state = ZKS_WATCH_ARMED;
+			send = true;
+		}
+	}
+	else if (copy != NULL && n_watched < MAX_WATCHED)
+	{
+		watched[n_watched].path = copy;
+		watched[n_watched].state = ZKS_WATCH_ARMED;
+		watched[n_watched].held = true;
+		n_watched++;
+		copy = NULL;
+		send = true;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	free(copy);
+	if (send)
+		zks_send_held_watch(path);
+}
+
+/* The reply to a held node's watch (zks_mutex held; completion thread). */
+void
+zkw_held_reply_locked(const char *path, int zrc)
+{
+	int			i = find_locked(path);
+
+	if (i < 0 || zrc == ZOK || watched[i].state != ZKS_WATCH_ARMED)
+		return;
+	if (zrc == ZNONODE)
+	{
+		watched[i].state = ZKS_WATCH_DELETED;
+		if (watched[i].held)
+			zksc_loss_locked();
+	}
+	else
+		watched[i].state = ZKS_WATCH_SPENT;
 }
 
 ZksWatchState
@@ -182,7 +255,11 @@ zkw_node_event_locked(int type, const char *path)
 	if (i < 0)
 		return;
 	if (type == ZOO_DELETED_EVENT)
+	{
+		if (watched[i].held && watched[i].state != ZKS_WATCH_DELETED)
+			zksc_loss_locked();
 		watched[i].state = ZKS_WATCH_DELETED;
+	}
 	else if (watched[i].state == ZKS_WATCH_ARMED)
 		watched[i].state = ZKS_WATCH_SPENT; /* fired: watches no more */
 }

@@ -29,6 +29,7 @@
 #include "auth.h"
 #include "callorder.h"
 #include "curwaits.h"
+#include "failfast.h"
 #include "guccheck.h"
 #include "locktable.h"
 #include "lookonly.h"
@@ -63,6 +64,13 @@ static const struct config_enum_entry zookeeper_log_level_options[] = {
 	{NULL, 0, false}
 };
 
+/* the session layer keeps its own copy, read on libzookeeper's thread */
+static void
+assign_cancel_on_loss(bool newval, void *extra)
+{
+	zks_cancel_setting(newval);
+}
+
 static void
 assign_zookeeper_log_level(int newval, void *extra)
 {
@@ -73,6 +81,7 @@ static ProcessUtility_hook_type prev_process_utility = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static ExecutorRun_hook_type prev_executor_run = NULL;
+static ExecutorFinish_hook_type prev_executor_finish = NULL;
 static object_access_hook_type prev_object_access = NULL;
 
 /* 0 (off), or at least 10 ms: a server is never sent a stream of reads */
@@ -194,6 +203,7 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 					   DestReceiver *dest, QueryCompletion *qc)
 {
 	Node	   *parsetree = pstmt->utilityStmt;
+	ErrorContextCallback frame;
 
 	zkl_activity();
 	zko_utility(parsetree);
@@ -208,12 +218,26 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 		 ((TransactionStmt *) parsetree)->kind == TRANS_STMT_PREPARE))
 		zkl_callbacks_first();
 
-	if (prev_process_utility)
-		prev_process_utility(pstmt, queryString, readOnlyTree, context,
-							 params, queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
-								params, queryEnv, dest, qc);
+	/* after a loss, only what cannot act under the lock (failfast.c) */
+	zkff_utility_start(parsetree);
+
+	PG_TRY();
+	{
+		zkff_frame_push(&frame);
+		if (prev_process_utility)
+			prev_process_utility(pstmt, queryString, readOnlyTree, context,
+								 params, queryEnv, dest, qc);
+		else
+			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+									params, queryEnv, dest, qc);
+	}
+	PG_CATCH();
+	{
+		zkff_frame_pop();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	zkff_frame_pop();
 
 	/* after it succeeded: DISCARD ALL refuses to run in a transaction */
 	if (IsA(parsetree, DiscardStmt) &&
@@ -236,7 +260,11 @@ zklock_executor_start(QueryDesc *queryDesc, int eflags)
 {
 	zkl_activity();
 	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY))
+	{
 		zko_statement(queryDesc->plannedstmt);
+		/* after a loss, only what cannot act under the lock (failfast.c) */
+		zkff_statement_start(queryDesc->plannedstmt);
+	}
 	if (prev_executor_start)
 		prev_executor_start(queryDesc, eflags);
 	else
@@ -253,11 +281,51 @@ zklock_executor_start(QueryDesc *queryDesc, int eflags)
 static void
 zklock_executor_run(ZK_EXECUTOR_RUN_PARAMS)
 {
-	if (prev_executor_run)
-		prev_executor_run(ZK_EXECUTOR_RUN_ARGS);
-	else
-		standard_ExecutorRun(ZK_EXECUTOR_RUN_ARGS);
+	ErrorContextCallback frame;
+
+	/* a loss while it runs cancels it (failfast.c) */
+	PG_TRY();
+	{
+		zkff_frame_push(&frame);
+		if (prev_executor_run)
+			prev_executor_run(ZK_EXECUTOR_RUN_ARGS);
+		else
+			standard_ExecutorRun(ZK_EXECUTOR_RUN_ARGS);
+	}
+	PG_CATCH();
+	{
+		zkff_frame_pop();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	zkff_frame_pop();
 	zkl_callbacks_first();
+}
+
+/*
+ * The executor's finish runs a statement's AFTER triggers: a loss while
+ * they run cancels them too (failfast.c).
+ */
+static void
+zklock_executor_finish(QueryDesc *queryDesc)
+{
+	ErrorContextCallback frame;
+
+	PG_TRY();
+	{
+		zkff_frame_push(&frame);
+		if (prev_executor_finish)
+			prev_executor_finish(queryDesc);
+		else
+			standard_ExecutorFinish(queryDesc);
+	}
+	PG_CATCH();
+	{
+		zkff_frame_pop();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	zkff_frame_pop();
 }
 
 /*
@@ -350,6 +418,19 @@ _PG_init(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	/*
+	 * Per role, database or session: a job that prefers to learn of a
+	 * loss at COMMIT (1.7's behaviour) turns it off.
+	 */
+	DefineCustomBoolVariable("zklock.cancel_on_loss",
+							 "Ends the running statement as soon as a held zklock lock is found lost.",
+							 "The statement fails with SQLSTATE 40001 naming the lock, and no statement that does work starts until the transaction ends or a lost session-level lock is acknowledged. Off: the loss is found at COMMIT.",
+							 &zklock_cancel_on_loss,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, assign_cancel_on_loss, NULL);
+
 	DefineCustomEnumVariable("zklock.protocol",
 							 "Node-name layout of new lock nodes, for the clients that share the locks.",
 							 "curator-rw: Curator InterProcessReadWriteLock; curator-mutex: Curator InterProcessMutex (exclusive only); kazoo: kazoo Lock, WriteLock, ReadLock. zklock itself recognises every layout.",
@@ -436,6 +517,8 @@ _PG_init(void)
 	ExecutorStart_hook = zklock_executor_start;
 	prev_executor_run = ExecutorRun_hook;
 	ExecutorRun_hook = zklock_executor_run;
+	prev_executor_finish = ExecutorFinish_hook;
+	ExecutorFinish_hook = zklock_executor_finish;
 	prev_executor_end = ExecutorEnd_hook;
 	ExecutorEnd_hook = zklock_executor_end;
 	prev_object_access = object_access_hook;

@@ -20,5 +20,6 @@ extern int	zklock_protocol;		/* a ZkrProtocol */
 extern char *zklock_auth_file;	/* names the credentials file (auth.c) */
 extern int	zklock_reply_nudge_delay;	/* ms; 0: off (session_nudge.c) */
 extern bool zklock_session_locks;	/* off: session scope refused (lockrequest.c) */
+extern bool zklock_cancel_on_loss;	/* a loss cancels the statement (failfast.c) */
 
 #endif							/* ZKLOCK_H */

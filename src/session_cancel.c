@@ -1,0 +1,199 @@
+/*-------------------------------------------------------------------------
+ *
+ * session_cancel.c
+ *	  Fail fast: the session layer's half.  When the session watcher learns
+ *	  that a lock this backend holds is gone -- a held node deleted, the
+ *	  session expired -- it cancels the statement the backend is running,
+ *	  at once, instead of leaving the loss for COMMIT to find.
+ *
+ * PostgreSQL 15-19 give an extension no interrupt of its own: the one
+ * ERROR an extension can make PostgreSQL raise at an arbitrary
+ * CHECK_FOR_INTERRUPTS() is the query cancel.  So the watcher, on
+ * libzookeeper's thread, does what StatementCancelHandler does (postgres.c):
+ * QueryCancelPending, a barrier, InterruptPending, then SetLatch (after
+ * zks_mutex is released, as every watcher event does).  These are aligned
+ * sig_atomic_t stores that the backend already tolerates at any instruction,
+ * since a signal handler makes them; nothing else of PostgreSQL runs on the
+ * thread.  Why not kill(getpid(), SIGINT), as Citus cancels a backend for a
+ * distributed deadlock: a signal's delivery time is unknown, so it cannot
+ * be taken back -- it may cancel a later statement, in a later transaction,
+ * as "canceling statement due to user request".  A store under zks_mutex
+ * can be taken back under the same mutex: the backend clears it when its
+ * statement ends and when its transaction ends (failfast.c), and knows
+ * then that no cancel of zklock's is in flight.
+ *
+ * The cancel is armed only while the backend runs a statement inside one
+ * of zklock's frames (failfast.c: the executor and utility hooks), where
+ * zklock's error context callback turns PostgreSQL's 57014 into the
+ * loss's 40001 before anyone sees it.  Outside a frame (idle, between
+ * statements, in a statement's parse and plan phase) a cancel would read
+ * as the user's, so none is armed then: the loss is counted, and the next
+ * statement is refused before it runs, or the COMMIT fails.
+ *
+ * src/session_cancel.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/latch.h"
+
+#include "session.h"
+#include "session_int.h"
+
+/* Under zks_mutex. */
+static bool cancel_enabled = true;	/* zklock.cancel_on_loss */
+static bool in_statement = false;	/* inside a zklock frame */
+static bool cancel_out = false; /* armed, not yet turned into the error */
+static int	holding = 0;		/* lock table entries */
+static uint64 losses = 0;		/* losses noticed by the session layer */
+
+/*
+ * Write the flags StatementCancelHandler writes: QueryCancelPending
+ * before InterruptPending, so that CHECK_FOR_INTERRUPTS(), which tests
+ * InterruptPending alone, finds the cause once it sees the flag.  (The
+ * fence is the compiler's builtin, not PostgreSQL's barrier macro: this
+ * runs on libzookeeper's thread too.)
+ */
+static void
+arm_locked(void)
+{
+	QueryCancelPending = true;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	InterruptPending = true;
+	cancel_out = true;
+}
+
+/*
+ * A lock held by this backend is gone (zks_mutex held; any thread).  The
+ * caller wakes the backend after releasing the mutex.
+ */
+void
+zksc_loss_locked(void)
+{
+	losses++;
+	if (cancel_enabled && in_statement && !cancel_out)
+		arm_locked();
+}
+
+/* The session ended (expired, authentication failed): zks_mutex held. */
+void
+zksc_session_ended_locked(void)
+{
+	if (holding > 0)
+		zksc_loss_locked();
+}
+
+/* ----------------------------------------------------------------
+ * Backend side.
+ * ----------------------------------------------------------------
+ */
+
+/* Take back a cancel of ours that nobody consumed (zks_mutex held). */
+static void
+disarm_locked(void)
+{
+	if (cancel_out)
+	{
+		QueryCancelPending = false;
+		cancel_out = false;
+	}
+}
+
+void
+zks_cancel_setting(bool enabled)
+{
+	pthread_mutex_lock(&zks_mutex);
+	cancel_enabled = enabled;
+	if (!enabled)
+		disarm_locked();
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+void
+zks_note_holding(int entries)
+{
+	pthread_mutex_lock(&zks_mutex);
+	holding = entries;
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+uint64
+zks_loss_count(void)
+{
+	uint64		n;
+
+	pthread_mutex_lock(&zks_mutex);
+	n = losses;
+	pthread_mutex_unlock(&zks_mutex);
+	return n;
+}
+
+void
+zks_statement_begin(void)
+{
+	pthread_mutex_lock(&zks_mutex);
+	in_statement = true;
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * The outermost frame ends, normally or by an error: a cancel still
+ * pending now would land outside any frame, in the next statement's parse
+ * phase, read as the user's.  The loss it stood for is still recorded:
+ * the next statement is refused, or the COMMIT fails.  (A user's cancel
+ * that arrived in the same instant is dropped with it, as PostgreSQL
+ * drops a cancel that arrives while the backend is idle.)
+ */
+void
+zks_statement_end(void)
+{
+	pthread_mutex_lock(&zks_mutex);
+	in_statement = false;
+	disarm_locked();
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+/* At the end of every transaction: no cancel of ours survives it. */
+void
+zks_cancel_disarm(void)
+{
+	pthread_mutex_lock(&zks_mutex);
+	disarm_locked();
+	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * Is the cancel PostgreSQL is raising ours?  It is if we armed one and
+ * QueryCancelPending has been consumed since: ProcessInterrupts clears it
+ * before it raises.  Then it is taken: the caller turns the error into the
+ * loss, and the next cancel is the user's again.
+ */
+bool
+zks_cancel_take(void)
+{
+	bool		ours;
+
+	pthread_mutex_lock(&zks_mutex);
+	ours = cancel_out && !QueryCancelPending;
+	if (ours)
+		cancel_out = false;
+	pthread_mutex_unlock(&zks_mutex);
+	return ours;
+}
+
+/*
+ * A subtransaction was rolled back (a PL/pgSQL handler is about to run)
+ * while a lost lock still belongs to the transaction: cancel again, so
+ * the handler's first statement raises the loss once more.
+ */
+void
+zks_cancel_rearm(void)
+{
+	pthread_mutex_lock(&zks_mutex);
+	if (cancel_enabled && in_statement && !cancel_out)
+		arm_locked();
+	pthread_mutex_unlock(&zks_mutex);
+	SetLatch(MyLatch);
+}
