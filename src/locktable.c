@@ -44,6 +44,7 @@
 
 #include "callorder.h"
 #include "commitcheck.h"
+#include "cursessions.h"
 #include "locktable.h"
 #include "locktable_int.h"
 #include "lookonly.h"
@@ -235,6 +236,7 @@ zkl_release_if_unused(ZklLock *lock)
 	resource = (char *) lock->key.resource;
 	hash_search(lock_table, &lock->key, HASH_REMOVE, NULL);
 	pfree(resource);
+	zkcs_set_locks_held(hash_get_num_entries(lock_table));
 }
 
 static void
@@ -547,6 +549,8 @@ zkl_new_entry(const char *resource, ZkrMode mode, const char *parent,
 	make_key(&key, res, mode);
 	lock = (ZklLock *) hash_search(lock_table, &key, HASH_ENTER, &found);
 	Assert(!found);
+	/* zk_sessions counts entries, as zk_status() does */
+	zkcs_set_locks_held(hash_get_num_entries(lock_table));
 	lock->parent = parent_copy;
 	lock->node = node_copy;
 	lock->name = strrchr(lock->node, '/') + 1;
