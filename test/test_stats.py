@@ -248,6 +248,26 @@ def test_sessions_show_every_backend(ctx):
         proxy.stop()
 
 
+def test_sessions_failed_connect(ctx):
+    """A backend whose connect found no server shows `failed` in
+    zk_sessions, as in its zk_status(), unreachable since the call began
+    to try, with no session id, server or connection time."""
+    s = on(ctx, 'sf-admin')
+    b = on(ctx, 'sf-b')
+    b.query('SET zklock.hosts = %s', ['127.0.0.1:%d' % harness.closed_port()])
+    b.query('SET zklock.connect_timeout = %s', ['1s'])
+    before = s.scalar('SELECT clock_timestamp()')
+    expect_sqlstate(b.submit(TRY_X, ['sf-never']), '08001', 10,
+                    'a connect with no server')
+    assert b.scalar('SELECT state FROM zk_status()') == 'failed'
+    rows = until_sessions(s, [b.pid], lambda r: b.pid in r,
+                          'the failed backend shown')
+    r = rows[b.pid]
+    assert r[2:6] == ('failed', None, None, None), r
+    assert before <= r[6] <= before + datetime.timedelta(seconds=5), (before, r)
+    assert r[8:] == (0, False), r
+
+
 def test_sessions_visibility(ctx):
     """A role given SELECT on zk_sessions sees its own backend's row only;
     a member of pg_read_all_stats sees every backend's."""
