@@ -11,7 +11,7 @@ OBJS = src/zklock.o src/guccheck.o src/auth.o src/session.o src/session_request.
 	src/locktable.o src/lostreason.o src/lockrequest.o src/callorder.o src/lookonly.o src/failfast.o \
 	src/deadlock.o src/waitsearch.o src/waitrecord.o src/inspect.o src/functions.o \
 	src/showtext.o src/stats.o src/statevict.o src/stats_shmem.o src/stats_pgstat.o src/waitlog.o \
-	src/curwaits.o src/version.o
+	src/curwaits.o src/cursessions.o src/version.o
 # every install and update script: sql/zklock--<v>.sql, sql/zklock--<a>--<b>.sql
 DATA = $(wildcard sql/zklock--*.sql)
 

@@ -123,15 +123,10 @@ zkcw_init(void)
 static WaitSlot *
 my_slot(void)
 {
-	int			i;
+	int			i = zk_my_proc_number();
 
-	if (table == NULL || MyProc == NULL)
+	if (table == NULL)
 		return NULL;
-#if PG_VERSION_NUM >= 170000
-	i = MyProcNumber;
-#else
-	i = MyProc->pgprocno;
-#endif
 	/* auxiliary processes and prepared transactions come after these */
 	if (i < 0 || i >= table->nslots)
 		return NULL;

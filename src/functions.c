@@ -504,7 +504,7 @@ zk_locks(PG_FUNCTION_ARGS)
 static Datum
 session_id_datum(int64 id)
 {
-	return CStringGetTextDatum(psprintf("0x%llx", (unsigned long long) id));
+	return CStringGetTextDatum(zks_session_id_text(id));
 }
 
 /* Owner data longer than this is cut (another client's node may hold 1 MB). */

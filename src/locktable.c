@@ -44,6 +44,7 @@
 
 #include "callorder.h"
 #include "commitcheck.h"
+#include "cursessions.h"
 #include "locktable.h"
 #include "locktable_int.h"
 #include "lookonly.h"
@@ -66,6 +67,20 @@ static uint64 n_lost = 0;
  */
 static int	lost_entries = 0;
 static uint64 folded_losses = 0;
+
+/*
+ * The number of entries changed: zk_sessions shows it (counting entries,
+ * as zk_status() does), and a session's expiry cancels a statement only
+ * while there are some (session_cancel.c).
+ */
+static void
+note_entries(void)
+{
+	long		n = hash_get_num_entries(lock_table);
+
+	zkcs_set_locks_held(n);
+	zks_note_holding(n);
+}
 
 const char *
 zkl_scope_name(ZklScope scope)
@@ -245,7 +260,7 @@ zkl_release_if_unused(ZklLock *lock)
 	resource = (char *) lock->key.resource;
 	hash_search(lock_table, &lock->key, HASH_REMOVE, NULL);
 	pfree(resource);
-	zks_note_holding(hash_get_num_entries(lock_table));
+	note_entries();
 }
 
 static void
@@ -700,7 +715,7 @@ zkl_new_entry(const char *resource, ZkrMode mode, const char *parent,
 	lock->borrowed = borrowed;
 	lock->node_mode = node_mode;
 	lock->max_holders = max_holders;
-	zks_note_holding(hash_get_num_entries(lock_table));
+	note_entries();
 
 	/* its deletion cancels the statement running under it (failfast.c) */
 	if (!borrowed && zklock_cancel_on_loss)

@@ -90,4 +90,23 @@ zk_guc_variables(int *num_vars)
 #define ZK_EXECUTOR_RUN_ARGS queryDesc, direction, count, execute_once
 #endif
 
+/*
+ * This backend's process number: the index of its slot in a table of
+ * MaxBackends entries (curwaits.c, cursessions.c), or -1 outside a
+ * process with a PGPROC.  17 renamed PGPROC's pgprocno to MyProcNumber.
+ */
+#include "storage/proc.h"
+
+static inline int
+zk_my_proc_number(void)
+{
+	if (MyProc == NULL)
+		return -1;
+#if PG_VERSION_NUM >= 170000
+	return MyProcNumber;
+#else
+	return MyProc->pgprocno;
+#endif
+}
+
 #endif							/* ZKLOCK_PG_COMPAT_H */

@@ -54,6 +54,7 @@
 #include "utils/wait_event.h"
 
 #include "auth.h"
+#include "cursessions.h"
 #include "guccheck.h"
 #include "session.h"
 #include "session_int.h"
@@ -78,6 +79,9 @@ static bool ever_connected = false;	/* a CONNECTED event was seen */
  * on that thread); zero tv_sec while connected.
  */
 struct timespec zks_unreachable_at = {0, 0};
+
+/* When the handle's current connection was made (the watcher's clock). */
+static struct timespec connected_at = {0, 0};
 
 static int	auth_result = -1;	/* zoo_add_auth reply; -1 while awaited */
 
@@ -124,6 +128,59 @@ zks_wake_backend(void)
 
 
 
+/* A libzookeeper state in zk_status()'s words (any thread). */
+ZkcsState
+zks_state_of(int state)
+{
+	if (state == ZOO_CONNECTED_STATE)
+		return ZKCS_CONNECTED;
+	if (state == ZOO_EXPIRED_SESSION_STATE)
+		return ZKCS_EXPIRED;
+	if (state == ZOO_AUTH_FAILED_STATE)
+		return ZKCS_AUTH_FAILED;
+	return ZKCS_CONNECTING;
+}
+
+/*
+ * Show the session of handle h (NULL: none, or the connect that gave up)
+ * in this backend's zk_sessions slot, from what the watcher keeps.  With
+ * zks_mutex held, on the backend's thread or the watcher's: nothing of
+ * PostgreSQL (the libzookeeper calls only read the handle).
+ */
+static void
+publish_locked(zhandle_t *h)
+{
+	ZkcsSession s;
+
+	memset(&s, 0, sizeof(s));
+	if (h == NULL)
+	{
+		/* only the backend comes here: zks_gave_up_since is its own */
+		s.state = zks_gave_up_since != 0 ? ZKCS_FAILED : ZKCS_NONE;
+		s.unreachable_since = zks_gave_up_since;
+	}
+	else
+	{
+		const clientid_t *id = zoo_client_id(h);
+
+		s.state = zks_state_of(zk_state);
+		s.session_id = id ? id->client_id : 0;
+		s.timeout_ms = zoo_recv_timeout(h);
+		if (s.state == ZKCS_CONNECTED)
+		{
+			socklen_t	len = sizeof(s.server);
+
+			if (zookeeper_get_connected_host(h, (struct sockaddr *) &s.server,
+											 &len) == NULL)
+				memset(&s.server, 0, sizeof(s.server));
+			s.connected_since = zkcs_timestamp(&connected_at);
+		}
+		else if (zks_unreachable_at.tv_sec != 0)
+			s.unreachable_since = zkcs_timestamp(&zks_unreachable_at);
+	}
+	zkcs_write_session_locked(&s);
+}
+
 /* The session watcher: connection state changes and watch notifications. */
 static void
 session_watcher(zhandle_t *h, int type, int state, const char *path,
@@ -143,6 +200,7 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 			(void) clock_gettime(CLOCK_REALTIME, &zks_unreachable_at);
 		if (state == ZOO_CONNECTED_STATE)
 		{
+			(void) clock_gettime(CLOCK_REALTIME, &connected_at);
 			zkn_connected();
 			if (ever_connected)
 				zks_reconnects++;
@@ -158,6 +216,8 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 			/* every node it held went with it: cancel the statement */
 			zksc_session_ended_locked();
 		}
+		/* zk_sessions shows it at once, however idle the backend */
+		publish_locked(h);
 	}
 	else
 	{
@@ -216,6 +276,8 @@ close_handle(void)
 	zkt_free_all_tasks_locked();
 	zksr_free_abandoned_locked();
 	zkw_forget_all_locked();
+	/* no session: no row in zk_sessions (see zks_connect for "failed") */
+	zkcs_release_locked();
 	pthread_mutex_unlock(&zks_mutex);
 
 	free(zh_hosts);
@@ -320,7 +382,11 @@ open_handle(void)
 		before_shmem_exit(zks_shutdown, (Datum) 0);
 		shutdown_registered = true;
 	}
+	/* the row of a connect that gave up goes, as zk_status() forgets it */
+	pthread_mutex_lock(&zks_mutex);
 	zks_gave_up_since = 0;
+	zkcs_release_locked();
+	pthread_mutex_unlock(&zks_mutex);
 	/* may raise ERROR: nothing is changed before it */
 	zks_check_threads_available();
 	identity = zka_read_identity(zklock_auth_file);
@@ -442,6 +508,9 @@ open_handle(void)
 	 */
 	pthread_mutex_lock(&zks_mutex);
 	zh = h;
+	/* from now on the watcher keeps the row current */
+	zkcs_claim_locked();
+	publish_locked(h);
 	zh_auth = (identity != NULL);
 	if (zh_auth)
 		memcpy(zh_auth_digest, digest, ZKA_DIGEST_LEN);
@@ -609,7 +678,12 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 		if (!zh_had_session)
 		{
 			close_handle();
+			/* zk_status() and zk_sessions say "failed", and since when */
+			pthread_mutex_lock(&zks_mutex);
 			zks_gave_up_since = since;
+			zkcs_claim_locked();
+			publish_locked(NULL);
+			pthread_mutex_unlock(&zks_mutex);
 		}
 		if (limited)
 			return false;

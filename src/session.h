@@ -22,6 +22,8 @@
 #ifndef ZKLOCK_SESSION_H
 #define ZKLOCK_SESSION_H
 
+#include <sys/socket.h>
+
 #include "datatype/timestamp.h"
 
 /* Outcome of a request, independent of libzookeeper's error codes. */
@@ -363,6 +365,13 @@ typedef struct ZksStatus
 } ZksStatus;
 
 extern void zks_get_status(ZksStatus *status);
+
+/* A server's address as zk_status() shows it: host:port, [v6]:port, "". */
+extern void zks_format_server(const struct sockaddr_storage *addr,
+							  char *buf, size_t len);
+
+/* A session id as zklock shows it: 0x and hex (palloc'd). */
+extern char *zks_session_id_text(int64 session_id);
 
 /* Text of an outcome, for messages. */
 extern const char *zks_rc_text(ZksRc rc);

@@ -19,6 +19,8 @@
 
 #include "datatype/timestamp.h"
 
+#include "cursessions.h"
+
 /*
  * Shared with libzookeeper's threads, under zks_mutex: the handle (NULL
  * when none), set while it is being closed, and the last state the
@@ -151,6 +153,9 @@ extern uint64 zks_expirations;
 extern struct timespec zks_unreachable_at;
 extern TimestampTz zks_gave_up_since;
 extern char *zh_hosts;
+
+/* session.c: a libzookeeper state in zk_status()'s words (any thread) */
+extern ZkcsState zks_state_of(int state);
 
 /* session_status.c: zk_state, read under zks_mutex */
 extern int	zks_current_state(void);

@@ -152,45 +152,50 @@ zks_get_status(ZksStatus *status)
 	if (zh == NULL)
 	{
 		/* no handle: never asked for, or the last connect found no server */
-		status->state = zks_gave_up_since != 0 ? "failed" : "none";
+		status->state = zkcs_state_name(zks_gave_up_since != 0 ?
+										ZKCS_FAILED : ZKCS_NONE);
 		return;
 	}
-	if (st == ZOO_CONNECTED_STATE)
-		status->state = "connected";
-	else if (st == ZOO_EXPIRED_SESSION_STATE)
-		status->state = "expired";
-	else if (st == ZOO_AUTH_FAILED_STATE)
-		status->state = "auth_failed";
-	else
-		status->state = "connecting";
+	status->state = zkcs_state_name(zks_state_of(st));
 	status->session_id = zks_session_id();
 	status->timeout_ms = zoo_recv_timeout(zh);
 	if (st == ZOO_CONNECTED_STATE)
 	{
 		struct sockaddr_storage addr;
 		socklen_t	len = sizeof(addr);
-		char		host[INET6_ADDRSTRLEN];
 
+		memset(&addr, 0, sizeof(addr));
 		if (zookeeper_get_connected_host(zh, (struct sockaddr *) &addr, &len) != NULL)
-		{
-			if (addr.ss_family == AF_INET)
-			{
-				struct sockaddr_in *in = (struct sockaddr_in *) &addr;
-
-				inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-				snprintf(status->server, sizeof(status->server), "%s:%d",
-						 host, ntohs(in->sin_port));
-			}
-			else if (addr.ss_family == AF_INET6)
-			{
-				struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &addr;
-
-				inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-				snprintf(status->server, sizeof(status->server), "[%s]:%d",
-						 host, ntohs(in6->sin6_port));
-			}
-		}
+			zks_format_server(&addr, status->server, sizeof(status->server));
 	}
+}
+
+void
+zks_format_server(const struct sockaddr_storage *addr, char *buf, size_t len)
+{
+	char		host[INET6_ADDRSTRLEN];
+
+	buf[0] = '\0';
+	if (addr->ss_family == AF_INET)
+	{
+		const struct sockaddr_in *in = (const struct sockaddr_in *) addr;
+
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		snprintf(buf, len, "%s:%d", host, ntohs(in->sin_port));
+	}
+	else if (addr->ss_family == AF_INET6)
+	{
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *) addr;
+
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		snprintf(buf, len, "[%s]:%d", host, ntohs(in6->sin6_port));
+	}
+}
+
+char *
+zks_session_id_text(int64 session_id)
+{
+	return psprintf("0x%llx", (unsigned long long) session_id);
 }
 
 bool

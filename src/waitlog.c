@@ -26,6 +26,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "cursessions.h"
 #include "curwaits.h"
 #include "deadlock.h"
 #include "printable.h"
@@ -57,6 +58,7 @@ zkwl_call_begin(void)
 	wait_start = 0;
 	logged = false;
 	zkcw_clear();
+	zkcs_set_waiting(false);
 }
 
 void
@@ -76,6 +78,7 @@ zkwl_waiting(const char *resource, ZkrMode msg_mode, const char *holder,
 	/* since the call's first wait, as the statistics measure it */
 	if (changed || !zkcw_published())
 		zkcw_publish(resource, msg_mode, wait_start, deadline, deadline_ms);
+	zkcs_set_waiting(true);
 }
 
 static TimestampTz
@@ -289,8 +292,9 @@ zkwl_call_end(bool acquired, int sqlerrcode)
 	long		ms;
 	int			frac;
 
-	/* zk_waits no longer shows it */
+	/* zk_waits no longer shows it, nor zk_sessions */
 	zkcw_clear();
+	zkcs_set_waiting(false);
 	if (!logged || w_resource == NULL)
 	{
 		wait_start = 0;

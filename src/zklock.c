@@ -28,6 +28,7 @@
 
 #include "auth.h"
 #include "callorder.h"
+#include "cursessions.h"
 #include "curwaits.h"
 #include "failfast.h"
 #include "guccheck.h"
@@ -502,6 +503,7 @@ _PG_init(void)
 
 	zkst_init();
 	zkcw_init();
+	zkcs_init();
 	zkv_init();
 
 	/* did each take the value its placeholder held (guccheck.c)? */

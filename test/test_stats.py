@@ -20,6 +20,7 @@ import time
 import psycopg2
 
 import harness
+import zkproxy
 from harness import wait_until
 from test_multisession import (LOCK_X, LONG, TRY_S, TRY_X, expect_sqlstate,
                                token_of)
@@ -84,9 +85,11 @@ def hold_and_wait(ctx, h, w, res, extra_s=0.0):
 
 def test_unpreloaded_functions_fail_55000(ctx):
     """Without shared_preload_libraries: 55000 with a hint, for the views
-    and the reset alike, and for the current waits (zk_waits, 1.7)."""
+    and the reset alike, for the current waits (zk_waits, 1.7) and for
+    every backend's session (zk_sessions, 1.8)."""
     for sql in ('SELECT * FROM zk_stat_locks', 'SELECT * FROM zk_stat_cluster',
-                'SELECT zk_stat_reset()', 'SELECT * FROM zk_waits'):
+                'SELECT zk_stat_reset()', 'SELECT * FROM zk_waits',
+                'SELECT * FROM zk_sessions'):
         e = expect_sqlstate(ctx.admin.submit(sql), '55000', 10, sql)
         assert 'shared_preload_libraries' in (e.diag.message_hint or ''), e
 
@@ -159,6 +162,146 @@ def test_current_waits_shown_while_they_last(ctx):
     expect_sqlstate(f, '57014', 10, 'canceled wait')
     assert s.query(WAITS_SQL, [res]) == []
     h.query('COMMIT')
+
+
+SESSIONS_SQL = ('SELECT pid, database, state, session_id, server, '
+                'connected_since, unreachable_since, session_timeout, '
+                'locks_held, waiting FROM zk_sessions WHERE pid = ANY(%s) '
+                'ORDER BY pid')
+
+
+def sessions_by_pid(s, pids):
+    return {r[0]: r for r in s.query(SESSIONS_SQL, [list(pids)])}
+
+
+def until_sessions(s, pids, pred, what, timeout=10):
+    """Poll zk_sessions until pred({pid: row}) holds; returns the rows."""
+    def check():
+        rows = sessions_by_pid(s, pids)
+        return [rows] if pred(rows) else None
+    return wait_until(check, timeout, what)[0]
+
+
+def test_sessions_show_every_backend(ctx):
+    """zk_sessions (1.8) shows every backend's session as zk_status() names
+    it: a holder (connected, its session id, server and timeout as its own
+    zk_status() shows them, connected since before its lock call, one lock
+    held, not waiting), a waiter (waiting, no lock), and a backend behind
+    a proxy.  When the proxy stops, the idle backend's row turns to
+    connecting, without its server, unreachable since the cut, while the
+    backend runs nothing; the waiter's row follows its grant; a backend
+    that ends leaves no row."""
+    s = on(ctx, 'ss-admin')
+    h = on(ctx, 'ss-h')
+    w = on(ctx, 'ss-w')
+    res = 'ss-work'
+    proxy = zkproxy.ZkProxy(ctx.zk.host_port(1), name='zkproxy-ss').start()
+    try:
+        d = on(ctx, 'ss-d')
+        d.query('SET zklock.hosts = %s', [proxy.address])
+        pids = (h.pid, w.pid, d.pid)
+        ctx.zi.wait_contenders(res, 0)
+        before = s.scalar('SELECT clock_timestamp()')
+        h.query('BEGIN')
+        token_of(h.submit(LOCK_X, [res, LONG]), 10, 'holder')
+        f = w.submit(LOCK_X, [res, LONG])
+        assert d.scalar(TRY_X, ['ss-d-once']) is True
+        ctx.zi.wait_contenders(res, 2)
+        rows = until_sessions(
+            s, pids, lambda r: len(r) == 3 and r[w.pid][9],
+            'three sessions, the waiter waiting')
+        hs = h.query('SELECT session_id, server, session_timeout '
+                     'FROM zk_status()')[0]
+        ds = d.query('SELECT session_id, server FROM zk_status()')[0]
+        hr, wr, dr = rows[h.pid], rows[w.pid], rows[d.pid]
+        assert hr[1:5] == (DB, 'connected', hs[0], hs[1]), (hr, hs)
+        assert hs[1] in ctx.zk.connect_string.split(','), hs
+        assert before <= hr[5] and hr[6] is None, hr
+        assert hr[7] == hs[2] and hr[8:] == (1, False), (hr, hs)
+        assert wr[2] == 'connected' and wr[8:] == (0, True), wr
+        assert wr[3] not in (None, hr[3]), (wr, hr)
+        assert dr[2:5] == ('connected', ds[0], proxy.address), (dr, ds)
+        assert dr[8:] == (0, False) and dr[6] is None, dr
+
+        # the proxy goes; d runs nothing, its row changes all the same
+        cut = s.scalar('SELECT clock_timestamp()')
+        proxy.stop()
+        rows = until_sessions(s, [d.pid],
+                              lambda r: d.pid in r and
+                              r[d.pid][2] == 'connecting',
+                              'the idle backend seen disconnected')
+        dr = rows[d.pid]
+        assert dr[3] == ds[0] and dr[4] is None and dr[5] is None, dr
+        assert dr[6] is not None and cut <= dr[6], (cut, dr)
+        assert dr[6] <= s.scalar('SELECT clock_timestamp()'), dr
+
+        h.query('COMMIT')
+        token_of(f, 10, 'waiter')
+        rows = until_sessions(
+            s, (h.pid, w.pid),
+            lambda r: r[h.pid][8:] == (0, False) and
+            r[w.pid][8:] == (0, False),
+            'the holder released and the waiter through')
+        d.close(timeout=5)
+        until_sessions(s, [d.pid], lambda r: not r, 'the ended backend gone')
+    finally:
+        proxy.stop()
+
+
+def test_sessions_failed_connect(ctx):
+    """A backend whose connect found no server shows `failed` in
+    zk_sessions, as in its zk_status(), unreachable since the call began
+    to try, with no session id, server or connection time."""
+    s = on(ctx, 'sf-admin')
+    b = on(ctx, 'sf-b')
+    b.query('SET zklock.hosts = %s', ['127.0.0.1:%d' % harness.closed_port()])
+    b.query('SET zklock.connect_timeout = %s', ['1s'])
+    before = s.scalar('SELECT clock_timestamp()')
+    expect_sqlstate(b.submit(TRY_X, ['sf-never']), '08001', 10,
+                    'a connect with no server')
+    assert b.scalar('SELECT state FROM zk_status()') == 'failed'
+    rows = until_sessions(s, [b.pid], lambda r: b.pid in r,
+                          'the failed backend shown')
+    r = rows[b.pid]
+    assert r[2:6] == ('failed', None, None, None), r
+    assert before <= r[6] <= before + datetime.timedelta(seconds=5), (before, r)
+    assert r[8:] == (0, False), r
+
+
+def test_sessions_visibility(ctx):
+    """A role given SELECT on zk_sessions sees its own backend's row only;
+    a member of pg_read_all_stats sees every backend's."""
+    pg = ctx.shared.pg
+    user, mon = 'zklock_ss_user', 'zklock_ss_monitor'
+    for r in (user, mon):
+        pg.psql('DROP ROLE IF EXISTS %s' % r, dbname=DB)
+        pg.psql('CREATE ROLE %s LOGIN' % r, dbname=DB)
+    pg.psql('GRANT pg_read_all_stats TO %s' % mon, dbname=DB)
+    pg.psql('GRANT SELECT ON zk_sessions TO %s; GRANT EXECUTE ON FUNCTION '
+            'zk_sessions(), zk_try_lock_exclusive(text) TO %s'
+            % (user, user), dbname=DB)
+    backends = []
+    try:
+        a = on(ctx, 'vis-a')
+        backends.append(a)
+        u = ctx.backend('vis-u', cluster=pg, dbname=DB, user=user)
+        backends.append(u)
+        m = ctx.backend('vis-m', cluster=pg, dbname=DB, user=mon)
+        backends.append(m)
+        assert a.scalar(TRY_X, ['vis-a']) is True
+        assert u.scalar(TRY_X, ['vis-u']) is True
+        pids = [a.pid, u.pid]
+        rows = until_sessions(m, pids, lambda r: len(r) == 2,
+                              'both sessions seen by the monitor')
+        assert all(r[2] == 'connected' for r in rows.values()), rows
+        seen = u.query('SELECT pid, state FROM zk_sessions')
+        assert seen == [(u.pid, 'connected')], seen
+        assert a.pid in [r[0] for r in a.query('SELECT pid FROM zk_sessions')]
+    finally:
+        for b in backends:
+            b.close()
+        for r in (user, mon):
+            pg.psql('DROP OWNED BY %s; DROP ROLE %s' % (r, r), dbname=DB)
 
 
 def test_false_try_counted(ctx):

@@ -1,7 +1,7 @@
 """
 Upgrades (issue 42, point 1): which zklock library a backend runs against
 the extension's version (zk_version, 1.7), and ALTER EXTENSION zklock
-UPDATE from every released version to 1.7.
+UPDATE from every released version to the newest (1.8).
 
 This module starts two clusters of its own on the suite's ZooKeeper: one
 that preloads zklock (shared_preload_libraries), one that does not.  The
@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OTHER = '9.9-test'
 VERSION_SQL = ('SELECT library_version, extension_version, default_version, '
                'preloaded, library_replaced, pending FROM zk_version')
-VERSIONS = ['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6']
+VERSIONS = ['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7']
 
 
 def module_setup(ctx):
@@ -128,14 +128,15 @@ def test_replaced_library_shows_restart_then_update(ctx):
         d.close()
 
 
-def test_update_from_every_version_to_1_7(ctx):
+def test_update_from_every_version_to_1_8(ctx):
     """ALTER EXTENSION zklock UPDATE from every released version gives the
-    functions and views of a fresh 1.7 install (failed_tries at the end of
-    both statistics views, zk_version, zk_waits), keeps the grants given on
-    zk_stat_locks and zk_stat_cluster (function and view, with their grant
-    option); the new objects are for pg_read_all_stats only; 1.6's
-    statistics views keep reading on the 1.7 library until the update;
-    after it, zk_version shows nothing pending."""
+    functions and views of a fresh 1.8 install (failed_tries at the end of
+    both statistics views, zk_version, zk_waits (1.7), zk_sessions (1.8)),
+    keeps the grants given on zk_stat_locks and zk_stat_cluster (function
+    and view, with their grant option); the new objects are for
+    pg_read_all_stats only; the older statistics views keep reading on the
+    1.8 library until the update; after it, zk_version shows nothing
+    pending."""
     pg = ctx.shared.pre
     now = control_version()
     role, mon = 'zklock_v17_viewer', 'zklock_v17_monitor'
@@ -171,18 +172,20 @@ def test_update_from_every_version_to_1_7(ctx):
         backends.append(fresh)
         want_fns, want_views = fresh.query(fns), fresh.query(views)
         assert [r[0] for r in want_views] == [
-            'zk_locks', 'zk_stat_cluster', 'zk_stat_locks', 'zk_version',
-            'zk_waits'], want_views
+            'zk_locks', 'zk_sessions', 'zk_stat_cluster', 'zk_stat_locks',
+            'zk_version', 'zk_waits'], want_views
         for name, q, priv in (('zk_library()', fn_acl, 'EXECUTE'),
                               ('zk_waits()', fn_acl, 'EXECUTE'),
+                              ('zk_sessions()', fn_acl, 'EXECUTE'),
                               ('zk_version', rel_acl, 'SELECT'),
-                              ('zk_waits', rel_acl, 'SELECT')):
+                              ('zk_waits', rel_acl, 'SELECT'),
+                              ('zk_sessions', rel_acl, 'SELECT')):
             got = fresh.scalar(q, [name])
             assert got == ['pg_read_all_stats:%s:false' % priv], (name, got)
         for v in VERSIONS:
             db = dbs[v]
             pg.psql("CREATE EXTENSION zklock VERSION '%s'" % v, dbname=db)
-            stats = v in ('1.5', '1.6')
+            stats = v in ('1.5', '1.6', '1.7')
             if stats:
                 for o in ('zk_stat_locks', 'zk_stat_cluster'):
                     pg.psql('GRANT EXECUTE ON FUNCTION %s() TO %s WITH '
@@ -192,9 +195,10 @@ def test_update_from_every_version_to_1_7(ctx):
             backends.append(upd)
             before = {}
             if stats:
-                # the older functions on the 1.7 library, before the update
+                # the older functions on the 1.8 library, before the
+                # update (failed_tries came in 1.7)
                 assert len(upd.query('SELECT * FROM zk_stat_cluster')[0]) \
-                    == 15, v
+                    == (16 if v == '1.7' else 15), v
                 upd.query('SELECT * FROM zk_stat_locks')
                 for o, q in (('zk_stat_locks()', fn_acl),
                              ('zk_stat_cluster()', fn_acl),
@@ -215,10 +219,12 @@ def test_update_from_every_version_to_1_7(ctx):
             row = upd.query('SELECT failed_tries FROM zk_stat_cluster')
             assert len(row) == 1 and row[0][0] >= 0, (v, row)
             upd.query('SELECT * FROM zk_waits')
+            upd.query('SELECT * FROM zk_sessions')
             upd.query('RESET ROLE')
             upd.query('SET ROLE %s' % role)
-            expect_sqlstate(upd.submit('SELECT * FROM zk_waits'), '42501',
-                            10, 'zk_waits without pg_read_all_stats')
+            for view in ('zk_waits', 'zk_sessions'):
+                expect_sqlstate(upd.submit('SELECT * FROM ' + view), '42501',
+                                10, view + ' without pg_read_all_stats')
             upd.query('RESET ROLE')
             upd.close()
             backends.remove(upd)
