@@ -38,13 +38,6 @@ typedef struct CheckRound
 	ZksRequest *sync;			/* the sync in front of the exists */
 } CheckRound;
 
-/*
- * From this many locks on, the pre-commit check asks with multi requests
- * of "check" operations (up to 1,000 nodes each) instead of one exists per
- * node.  A multi is a write, answered by the leader after its log is
- * written, so for a few locks the exists are cheaper.
- */
-#define MULTI_CHECK_MIN 16
 
 static void
 end_round(CheckRound *r)
@@ -178,7 +171,7 @@ check_round(CheckRound *r, TimestampTz deadline, ZksRc *failure)
 	bool		complete = true;
 	ZksRc		rc;
 
-	if (count_unconfirmed(r) >= MULTI_CHECK_MIN)
+	if (count_unconfirmed(r) >= ZKC_MULTI_CHECK_MIN)
 	{
 		/* multi requests are writes: the leader itself answers them */
 		rc = check_by_multi(r, deadline);

@@ -44,6 +44,16 @@ typedef struct ZkcNode
  * in time); the nodes not judged stay ZKC_UNKNOWN then, and a caller about
  * to commit must fail.
  */
+/*
+ * From this many locks on, the pre-commit check asks with multi requests
+ * of "check" operations (up to 1,000 nodes each) instead of one exists per
+ * node.  A multi is a write, answered by the leader after its log is
+ * written, so for a few locks the exists are cheaper.  Below it, a held
+ * node's own watch saves its exists; so the lock table watches held nodes
+ * up to this many locks (locktable.c), and no further.
+ */
+#define ZKC_MULTI_CHECK_MIN 16
+
 extern ZksRc zkc_confirm(ZkcNode *nodes, int n, TimestampTz deadline,
 						 bool wait_for_connection);
 

@@ -77,13 +77,13 @@ loss_error_callback(void *arg)
 }
 
 void
-zkff_frame_push(ErrorContextCallback *cb)
+zkff_frame_push(ErrorContextCallback *cb, bool cancellable)
 {
 	cb->callback = loss_error_callback;
 	cb->arg = NULL;
 	cb->previous = error_context_stack;
 	error_context_stack = cb;
-	if (frame_depth++ == 0)
+	if (frame_depth++ == 0 && cancellable)
 		zks_statement_begin();
 }
 
@@ -98,22 +98,43 @@ zkff_frame_pop(void)
 		zks_statement_end();
 }
 
-void
+/*
+ * Before a statement's executor starts, and before each run of it (a
+ * portal's later Execute or FETCH runs with no new start).  Refuses it
+ * after a known loss unless it cannot act under the lock; returns whether
+ * a loss may cancel it.  A statement that may run after a loss is not
+ * canceled either: looking at a lost lock must not fail because the
+ * loss's notification came in the middle of the look.
+ */
+bool
 zkff_statement_start(PlannedStmt *stmt)
 {
-	if (!zklock_cancel_on_loss || !zkl_any_loss())
-		return;
-	if (zko_may_run_after_loss(stmt))
-		return;
-	zkl_refuse_if_lost();
+	bool		cancellable = zkff_cancellable(stmt);
+
+	/* (losses are taken in for a look too: zk_status() counts them) */
+	if (zklock_cancel_on_loss && zkl_any_loss() && cancellable)
+		zkl_refuse_if_lost();
+	return cancellable;
 }
 
-void
+/* May a loss cancel the statement?  (Not one that may run after a loss.) */
+bool
+zkff_cancellable(PlannedStmt *stmt)
+{
+	if (!zklock_cancel_on_loss || !zkl_have_locks())
+		return true;
+	return !zko_may_run_after_loss(stmt);
+}
+
+bool
 zkff_utility_start(Node *parsetree)
 {
-	if (!zklock_cancel_on_loss || !zkl_any_loss())
-		return;
-	if (zko_utility_may_run_after_loss(parsetree))
-		return;
-	zkl_refuse_if_lost();
+	bool		exempt;
+
+	if (!zklock_cancel_on_loss || !zkl_have_locks())
+		return true;
+	exempt = zko_utility_may_run_after_loss(parsetree);
+	if (zkl_any_loss() && !exempt)
+		zkl_refuse_if_lost();
+	return !exempt;
 }

@@ -20,11 +20,18 @@
  * zkff_frame_pop runs on every exit: after PG_END_TRY, and in PG_CATCH
  * before the error goes on.
  */
-extern void zkff_frame_push(ErrorContextCallback *cb);
+extern void zkff_frame_push(ErrorContextCallback *cb, bool cancellable);
 extern void zkff_frame_pop(void);
 
-/* Before a statement, or a utility statement, runs: refuse it after a loss. */
-extern void zkff_statement_start(PlannedStmt *stmt);
-extern void zkff_utility_start(Node *parsetree);
+/*
+ * Before a statement (and each run of its executor), or a utility
+ * statement, runs: refuse it after a loss unless it cannot act under the
+ * lock; returns whether a loss may cancel it (its frame's cancellable).
+ */
+extern bool zkff_statement_start(PlannedStmt *stmt);
+extern bool zkff_utility_start(Node *parsetree);
+
+/* Whether a loss may cancel the statement (AFTER triggers' frame). */
+extern bool zkff_cancellable(PlannedStmt *stmt);
 
 #endif							/* ZKLOCK_FAILFAST_H */

@@ -237,10 +237,13 @@ zkl_release_if_unused(ZklLock *lock)
 	}
 	/*
 	 * A node of a session that is gone went with it; a node found deleted
-	 * or replaced is not ours to delete.
+	 * or replaced is not ours to delete.  A lock lost by the clock is
+	 * released like a held one: its session may have lived on (an outage
+	 * of the whole ensemble), and with it the node.
 	 */
 	else if (!lock->borrowed &&
-			 lock->session_id == zks_session_id() && lock->lost == ZKL_LOST_NONE)
+			 lock->session_id == zks_session_id() &&
+			 (lock->lost == ZKL_LOST_NONE || lock->lost == ZKL_LOST_CLOCK))
 	{
 		zks_delete_async(lock->node);
 		if (lock->sweep)
@@ -303,18 +306,24 @@ zkl_mark_if_session_lost(ZklLock *lock)
 
 /*
  * What the backend knows of a lock's loss without asking the ensemble:
- * marked already, its session gone, or its node's watch reported the
- * deletion (session_watch.c).
+ * marked already, its session gone, its node's watch reported the
+ * deletion (session_watch.c), or the loss clock ran out since the grant
+ * (session_nudge.c).
  */
 static ZklLost
 known_loss(ZklLock *lock)
 {
+	TimestampTz at;
+	int			timeout_ms;
+
 	if (lock->lost != ZKL_LOST_NONE)
 		return lock->lost;
 	if (lock->session_id != zks_session_id() || zks_session_expired())
 		return ZKL_LOST_SESSION;
 	if (zks_watch_state(lock->node) == ZKS_WATCH_DELETED)
 		return ZKL_LOST_DELETED;
+	if (zks_clock_losses(&at, &timeout_ms) != lock->clock_seen)
+		return ZKL_LOST_CLOCK;
 	return ZKL_LOST_NONE;
 }
 
@@ -386,8 +395,6 @@ zkl_lost_fields_now(void)
 	ZklLock		first;
 	int			n = 0;
 
-	if (!have_locks())
-		return;
 	hash_seq_init(&status, lock_table);
 	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
 	{
@@ -405,6 +412,18 @@ zkl_lost_fields_now(void)
 	}
 	if (n > 0)
 		(void) zkl_lost_fields(&first, n - 1);
+	else
+	{
+		/*
+		 * The lost lock was released between the cancel and this error
+		 * (a column default that unlocks, say): still not the user's
+		 * cancel, and still a loss.
+		 */
+		errcode(ERRCODE_T_R_SERIALIZATION_FAILURE);
+		errmsg("a zklock lock was lost while this statement ran");
+		errdetail("The lock was released before the loss was reported.");
+		errhint("Roll back and run the transaction again: it takes the lock anew, and another holder may have run meanwhile.");
+	}
 }
 
 
@@ -585,14 +604,19 @@ zkl_xact_callback(XactEvent event, void *arg)
 			zks_set_activity(ZKS_ACTIVITY_NONE);
 			zko_xact_end();
 			zkl_order_xact_end();
-			/* no cancel of ours may reach the next transaction */
-			zks_cancel_disarm();
 			if (have_locks())
 			{
 				/* a loss that canceled a statement counts as one */
 				(void) zkl_fold_losses(NULL);
 				release_xact_holds();
 			}
+
+			/*
+			 * No cancel of ours may reach the next transaction; taken
+			 * back after the release, so that none is armed for a lock
+			 * of this transaction in between.
+			 */
+			zks_cancel_disarm();
 			break;
 		default:
 			break;
@@ -706,6 +730,12 @@ zkl_new_entry(const char *resource, ZkrMode mode, const char *parent,
 	lock->token = token;
 	lock->session_id = session_id;
 	lock->lost = ZKL_LOST_NONE;
+	{
+		TimestampTz at;
+		int			timeout_ms;
+
+		lock->clock_seen = zks_clock_losses(&at, &timeout_ms);
+	}
 	lock->since = GetCurrentTimestamp();
 	lock->session_count = 0;
 	lock->xact_count = 0;
@@ -717,8 +747,17 @@ zkl_new_entry(const char *resource, ZkrMode mode, const char *parent,
 	lock->max_holders = max_holders;
 	note_entries();
 
-	/* its deletion cancels the statement running under it (failfast.c) */
-	if (!borrowed && zklock_cancel_on_loss)
+	/*
+	 * Its deletion cancels the statement running under it (failfast.c).
+	 * Only up to the count from which the commit check asks with multi
+	 * requests: below it, the watch saves that check an exists, and costs
+	 * nothing in all; beyond, one read per lock would be pure cost (a
+	 * 1,000-lock array call would send a quarter more requests).  The
+	 * locks beyond are found lost by their session's loss, the clock, or
+	 * at COMMIT.
+	 */
+	if (!borrowed && zklock_cancel_on_loss &&
+		hash_get_num_entries(lock_table) <= ZKC_MULTI_CHECK_MIN)
 		zks_watch_held(node);
 	return lock;
 }

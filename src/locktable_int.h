@@ -38,7 +38,10 @@ typedef enum ZklLost
 {
 	ZKL_LOST_NONE = 0,
 	ZKL_LOST_SESSION,			/* the session that held the node ended */
-	ZKL_LOST_DELETED			/* the node was deleted (or replaced) */
+	ZKL_LOST_DELETED,			/* the node was deleted (or replaced) */
+	ZKL_LOST_CLOCK				/* no reply for a session timeout: the
+								 * session counts as expired, and may live
+								 * on (session_nudge.c, the loss clock) */
 } ZklLost;
 
 /*
@@ -68,6 +71,9 @@ typedef struct ZklLock
 								 * seen expired (0: not known) ... */
 	TimestampTz unreachable_since;	/* ... and since when it had had no
 									 * connection then (0: not known) */
+	uint64		clock_seen;		/* the loss clock's count at the grant */
+	int			clock_timeout_ms;	/* ZKL_LOST_CLOCK: the timeout it ran
+									 * out for */
 	TimestampTz since;
 	int			session_count;
 	int			xact_count;		/* sum of the counts in xact_holds */

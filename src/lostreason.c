@@ -41,6 +41,9 @@ zkl_record_loss(ZklLock *lock, ZklLost why)
 	lock->lost_at = GetCurrentTimestamp();
 	lock->expired_at = 0;
 	lock->unreachable_since = 0;
+	lock->clock_timeout_ms = 0;
+	if (why == ZKL_LOST_CLOCK)
+		(void) zks_clock_losses(&lock->expired_at, &lock->clock_timeout_ms);
 	if (why == ZKL_LOST_SESSION &&
 		zks_session_expiry(lock->session_id, &lock->expired_at,
 						   &lock->unreachable_since) &&
@@ -88,6 +91,10 @@ lost_errdetail(ZklLock *lock)
 {
 	unsigned long long sid = (unsigned long long) lock->session_id;
 
+	if (lock->lost == ZKL_LOST_CLOCK)
+		return errdetail("No reply from the ZooKeeper ensemble to session 0x%llx for %.1f s, its session timeout, until %s: the session that held node \"%s\" counts as expired.",
+						 sid, (double) lock->clock_timeout_ms / 1000.0,
+						 timestamptz_to_str(lock->expired_at), lock->node);
 	if (lock->lost == ZKL_LOST_DELETED)
 		return errdetail("Node \"%s\" was deleted from ZooKeeper while the lock was held (noticed at %s).",
 						 lock->node, timestamptz_to_str(lock->lost_at));
@@ -121,11 +128,16 @@ zkl_lost_fields(ZklLock *lock, int others)
 	 * A node deleted, by the session's expiry as it turns out: the
 	 * ensemble deletes a session's nodes when it expires it, and the
 	 * notification of that deletion can reach a client that was cut off
-	 * (or frozen) before the reconnect that reports the expiry.  Once the
-	 * expiry is known, it is the better account of what happened.
+	 * (or frozen) before the reconnect that reports the expiry.  Likewise
+	 * a loss by the clock, which the reconnect confirms.  Once the expiry
+	 * is known, it is the better account of what happened -- if the
+	 * connection was already gone when the loss was noticed: a node an
+	 * operator deleted an hour before an outage expired the session was
+	 * lost at the deletion.
 	 */
-	if (lock->lost == ZKL_LOST_DELETED &&
-		zks_session_expiry(lock->session_id, &at, &since))
+	if ((lock->lost == ZKL_LOST_DELETED || lock->lost == ZKL_LOST_CLOCK) &&
+		zks_session_expiry(lock->session_id, &at, &since) &&
+		since != 0 && since <= lock->lost_at)
 	{
 		expired = *lock;
 		zkl_record_loss(&expired, ZKL_LOST_SESSION);

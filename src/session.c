@@ -201,7 +201,7 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 		if (state == ZOO_CONNECTED_STATE)
 		{
 			(void) clock_gettime(CLOCK_REALTIME, &connected_at);
-			zkn_connected();
+			zkn_connected(zoo_recv_timeout(h));
 			if (ever_connected)
 				zks_reconnects++;
 			ever_connected = true;

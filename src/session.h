@@ -177,6 +177,13 @@ extern bool zks_cancel_take(void);
 extern void zks_cancel_rearm(void);
 
 /*
+ * How many times the loss clock (session_nudge.c) declared the session
+ * lost, the last time when (*at) and for which timeout (*timeout_ms): a
+ * lock granted before a declaration is lost.
+ */
+extern uint64 zks_clock_losses(TimestampTz *at, int *timeout_ms);
+
+/*
  * One multi request of "check" operations on the first *taken of the n
  * paths (as many as fit well under ZooKeeper's 1 MB limit).  ZKS_OK means
  * every one of them exists.  A multi is a write, so the leader answers:

@@ -14,7 +14,8 @@
  * zks_mutex is released, as every watcher event does).  These are aligned
  * sig_atomic_t stores that the backend already tolerates at any instruction,
  * since a signal handler makes them; nothing else of PostgreSQL runs on the
- * thread.  Why not kill(getpid(), SIGINT), as Citus cancels a backend for a
+ * thread (the reply nudge's thread, for the loss clock of session_nudge.c,
+ * does the same).  Why not kill(getpid(), SIGINT), as Citus cancels a backend for a
  * distributed deadlock: a signal's delivery time is unknown, so it cannot
  * be taken back -- it may cancel a later statement, in a later transaction,
  * as "canceling statement due to user request".  A store under zks_mutex
@@ -36,6 +37,8 @@
  */
 #include "postgres.h"
 
+#include <time.h>
+
 #include "miscadmin.h"
 #include "storage/latch.h"
 
@@ -48,6 +51,9 @@ static bool in_statement = false;	/* inside a zklock frame */
 static bool cancel_out = false; /* armed, not yet turned into the error */
 static int	holding = 0;		/* lock table entries */
 static uint64 losses = 0;		/* losses noticed by the session layer */
+static uint64 clock_losses = 0; /* of them, by the loss clock */
+static struct timespec clock_lost_at;	/* the last of those */
+static int	clock_timeout_ms = 0;	/* the timeout it ran out for */
 
 /*
  * Write the flags StatementCancelHandler writes: QueryCancelPending
@@ -85,6 +91,26 @@ zksc_session_ended_locked(void)
 		zksc_loss_locked();
 }
 
+/*
+ * No reply for the negotiated timeout while holding (session_nudge.c's
+ * thread): the session counts as expired.  Every lock held now is lost;
+ * one granted later, after a reply, is not (zks_clock_losses).
+ */
+void
+zksc_clock_lost(int timeout_ms)
+{
+	pthread_mutex_lock(&zks_mutex);
+	if (holding > 0)
+	{
+		clock_losses++;
+		(void) clock_gettime(CLOCK_REALTIME, &clock_lost_at);
+		clock_timeout_ms = timeout_ms;
+		zksc_loss_locked();
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	zks_wake_backend();
+}
+
 /* ----------------------------------------------------------------
  * Backend side.
  * ----------------------------------------------------------------
@@ -101,6 +127,21 @@ disarm_locked(void)
 	}
 }
 
+/*
+ * The loss clock (session_nudge.c) runs while the backend holds a lock
+ * and cancel_on_loss is on: off is 1.7's behaviour, which has no clock.
+ */
+static void
+update_clock(void)
+{
+	bool		run;
+
+	pthread_mutex_lock(&zks_mutex);
+	run = holding > 0 && cancel_enabled;
+	pthread_mutex_unlock(&zks_mutex);
+	zkn_set_holding(run);
+}
+
 void
 zks_cancel_setting(bool enabled)
 {
@@ -109,6 +150,7 @@ zks_cancel_setting(bool enabled)
 	if (!enabled)
 		disarm_locked();
 	pthread_mutex_unlock(&zks_mutex);
+	update_clock();
 }
 
 void
@@ -117,6 +159,22 @@ zks_note_holding(int entries)
 	pthread_mutex_lock(&zks_mutex);
 	holding = entries;
 	pthread_mutex_unlock(&zks_mutex);
+	update_clock();
+}
+
+uint64
+zks_clock_losses(TimestampTz *at, int *timeout_ms)
+{
+	uint64		n;
+	struct timespec when;
+
+	pthread_mutex_lock(&zks_mutex);
+	n = clock_losses;
+	when = clock_lost_at;
+	*timeout_ms = clock_timeout_ms;
+	pthread_mutex_unlock(&zks_mutex);
+	*at = n > 0 ? zks_timespec_to_timestamptz(&when) : 0;
+	return n;
 }
 
 uint64

@@ -64,8 +64,8 @@ zkx_handle_closed_locked(void)
 	connected_sid = 0;
 }
 
-static TimestampTz
-timespec_to_timestamptz(const struct timespec *ts)
+TimestampTz
+zks_timespec_to_timestamptz(const struct timespec *ts)
 {
 	return time_t_to_timestamptz(ts->tv_sec) + ts->tv_nsec / 1000;
 }
@@ -86,8 +86,8 @@ zks_session_expiry(int64 session_id, TimestampTz *at,
 	pthread_mutex_unlock(&zks_mutex);
 	if (!known)
 		return false;
-	*at = timespec_to_timestamptz(&when);
+	*at = zks_timespec_to_timestamptz(&when);
 	*unreachable_since = since.tv_sec != 0 ?
-		timespec_to_timestamptz(&since) : 0;
+		zks_timespec_to_timestamptz(&since) : 0;
 	return true;
 }

@@ -133,7 +133,8 @@ extern int	zkt_batch_fit(const char *const *paths, int n);
  */
 extern void zkn_sent(void);
 extern void zkn_answered(void);
-extern void zkn_connected(void);
+extern void zkn_connected(int negotiated_ms);
+extern void zkn_set_holding(bool holding);
 extern bool zkn_start(int delay_ms, size_t stack_size);
 extern void zkn_set_delay(int delay_ms);
 extern void zkn_stop(void);
@@ -184,6 +185,15 @@ extern void zks_send_held_watch(const char *path);
 /* session_cancel.c: a held lock is gone, or the session ended. */
 extern void zksc_loss_locked(void);
 extern void zksc_session_ended_locked(void);
+
+/*
+ * session_cancel.c: the loss clock ran out (session_nudge.c's thread,
+ * without any mutex held): no reply for the negotiated timeout.
+ */
+extern void zksc_clock_lost(int timeout_ms);
+
+/* session_expiry.c: a CLOCK_REALTIME time as a TimestampTz. */
+extern TimestampTz zks_timespec_to_timestamptz(const struct timespec *ts);
 
 /*
  * session_expiry.c, from the session watcher (before it updates

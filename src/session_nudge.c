@@ -56,6 +56,30 @@
  * from the last bytes received, and a server that answers nothing answers
  * no nudge either.
  *
+ * The loss clock.  While the backend holds a lock, this thread also tells
+ * when the session must count as expired although no server said so: a
+ * backend cut off from the ensemble hears of its expiry only when it
+ * reaches a server again, which may be never, while the statement under
+ * the lock runs on.  The leader expires a session a session timeout after
+ * it last heard from it; we cannot see when that was, but we can see when
+ * the leader last answered us.  So while holding, the thread sends a sync
+ * of "/" after three tenths of the negotiated timeout without any request
+ * of ours.  This replaces libzookeeper's ping, which it sends after a
+ * third of the timeout without sending anything: ours comes first, so the
+ * ping never does (a tenth more requests than the pings, not twice as
+ * many).  A sync is answered only once it has reached the leader: a follower cut off from the leader, which
+ * keeps answering reads, cannot answer it.  When no reply of any kind
+ * has come for the negotiated timeout, the session counts as expired
+ * (session_cancel.c cancels the statement under the lock).  The leader
+ * touched the session no later than it answered the last sync, plus the
+ * time our later requests took to reach it, so this comes at most about
+ * a third of the timeout before the leader's own expiry, and no later than
+ * the timeout after the cut: before another client can be granted the
+ * lock (that takes the expiry, a delete, a notification and a listing).
+ * After an outage of the whole ensemble it declares a loss that was not
+ * one (no leader expires anything then): safe, and the node is still
+ * deleted at the release, since the session may live on.
+ *
  * src/session_nudge.c
  *
  *-------------------------------------------------------------------------
@@ -96,6 +120,11 @@ static bool stopping = false;
 static bool idle_waiting = false;	/* the thread sleeps without timeout */
 static uint64 nudges_sent = 0;		/* for zk_status() */
 static int64_t last_sent_ns = 0;	/* the last request sent */
+static int64_t last_reply_ns = 0;	/* the last completion of any request */
+static int	timeout_ms = 0;			/* negotiated at the last connect */
+static bool holding = false;		/* the backend holds a lock */
+static bool declared = false;		/* lost by the clock since last_reply_ns */
+static bool heartbeat_out = false;	/* a heartbeat sync awaits its reply */
 static int64_t idle_gap_ms = IDLE_NUDGE_FIRST_MS;	/* see zkn_idle_tick */
 
 static bool thread_running = false;	/* backend-only */
@@ -128,22 +157,51 @@ zkn_sent(void)
 	pthread_mutex_unlock(&nudge_mutex);
 }
 
+/* A reply of any kind came (nudge_mutex held). */
+static void
+replied_locked(void)
+{
+	progress_ns = last_reply_ns = now_ns();
+	declared = false;
+}
+
 /* A completion ran (completion thread). */
 void
 zkn_answered(void)
 {
 	pthread_mutex_lock(&nudge_mutex);
 	answered_count++;
-	progress_ns = now_ns();
+	replied_locked();
 	pthread_mutex_unlock(&nudge_mutex);
 }
 
-/* The session is connected (again): a reply is due from now on. */
+/*
+ * The session is connected (again), with this negotiated timeout: a
+ * server accepted it, so it was alive a moment ago, and a reply is due
+ * from now on.
+ */
 void
-zkn_connected(void)
+zkn_connected(int negotiated_ms)
 {
 	pthread_mutex_lock(&nudge_mutex);
-	progress_ns = now_ns();
+	replied_locked();
+	timeout_ms = negotiated_ms;
+	if (cond_ready)
+		pthread_cond_signal(&nudge_cond);
+	pthread_mutex_unlock(&nudge_mutex);
+}
+
+/* The backend holds a lock, or no longer does (backend). */
+void
+zkn_set_holding(bool now_holding)
+{
+	pthread_mutex_lock(&nudge_mutex);
+	if (holding != now_holding)
+	{
+		holding = now_holding;
+		if (cond_ready)
+			pthread_cond_signal(&nudge_cond);
+	}
 	pthread_mutex_unlock(&nudge_mutex);
 }
 
@@ -157,8 +215,67 @@ nudge_completion(int rc, const struct Stat *stat, const void *data)
 	/* every request sent before the nudge has been answered (see above) */
 	if (answered_count < before)
 		answered_count = before;
-	progress_ns = now_ns();
+	replied_locked();
 	pthread_mutex_unlock(&nudge_mutex);
+}
+
+static void
+heartbeat_completion(int rc, const char *value, const void *data)
+{
+	pthread_mutex_lock(&nudge_mutex);
+	heartbeat_out = false;
+	pthread_mutex_unlock(&nudge_mutex);
+	zkn_answered();
+}
+
+/*
+ * The loss clock's heartbeat: a sync, counted as a request (so a late
+ * reply to it is nudged like any other).  Called without nudge_mutex.
+ */
+static bool
+send_heartbeat(void)
+{
+	int			zrc = ZINVALIDSTATE;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (zh != NULL && !zh_closing && zk_state == ZOO_CONNECTED_STATE)
+		zrc = zoo_async(zh, "/", heartbeat_completion, NULL);
+	pthread_mutex_unlock(&zks_mutex);
+	if (zrc == ZOK)
+		zkn_sent();
+	return zrc == ZOK;
+}
+
+/*
+ * What the loss clock asks of the thread now (nudge_mutex held): whether
+ * to send a heartbeat or to declare the loss, and otherwise when to look
+ * again (*wake, now_ns() time; -1 if the clock is stopped).
+ */
+typedef enum ClockDue
+{
+	CLOCK_NOTHING,
+	CLOCK_HEARTBEAT,
+	CLOCK_LOST
+} ClockDue;
+
+static ClockDue
+clock_due_locked(int64_t now, int64_t *wake)
+{
+	int64_t		lost_at;
+	int64_t		beat_at;
+
+	*wake = -1;
+	if (!holding || timeout_ms <= 0 || last_reply_ns == 0 || declared)
+		return CLOCK_NOTHING;
+	lost_at = last_reply_ns + (int64_t) timeout_ms * 1000000;
+	if (now >= lost_at)
+		return CLOCK_LOST;
+	beat_at = Max(Max(last_reply_ns, last_sent_ns), last_nudge_ns) +
+		(int64_t) timeout_ms * 1000000 * 3 / 10;
+	if (!heartbeat_out && now >= beat_at)
+		return CLOCK_HEARTBEAT;
+	*wake = heartbeat_out ? lost_at : Min(lost_at, beat_at);
+	return CLOCK_NOTHING;
 }
 
 /*
@@ -193,13 +310,47 @@ nudge_main(void *arg)
 	{
 		int64_t		outstanding = sent_count - answered_count;
 		int64_t		due;
+		int64_t		clock_wake;
 		struct timespec ts;
+
+		switch (clock_due_locked(now_ns(), &clock_wake))
+		{
+			case CLOCK_LOST:
+				declared = true;
+				pthread_mutex_unlock(&nudge_mutex);
+				zksc_clock_lost(timeout_ms);
+				pthread_mutex_lock(&nudge_mutex);
+				continue;
+			case CLOCK_HEARTBEAT:
+				heartbeat_out = true;
+				last_nudge_ns = now_ns();	/* (spaces the next one) */
+				pthread_mutex_unlock(&nudge_mutex);
+				if (!send_heartbeat())
+				{
+					pthread_mutex_lock(&nudge_mutex);
+					heartbeat_out = false;
+					/* not connected: no beat until a reply or a connect */
+					continue;
+				}
+				pthread_mutex_lock(&nudge_mutex);
+				continue;
+			case CLOCK_NOTHING:
+				break;
+		}
 
 		if (outstanding <= 0 || delay_ms <= 0)
 		{
-			idle_waiting = true;
-			pthread_cond_wait(&nudge_cond, &nudge_mutex);
-			idle_waiting = false;
+			if (clock_wake < 0)
+			{
+				idle_waiting = true;
+				pthread_cond_wait(&nudge_cond, &nudge_mutex);
+				idle_waiting = false;
+			}
+			else
+			{
+				timespec_at(&ts, clock_wake);
+				(void) pthread_cond_timedwait(&nudge_cond, &nudge_mutex, &ts);
+			}
 			continue;
 		}
 		due = Max(progress_ns, last_nudge_ns) + (int64_t) delay_ms * 1000000;
@@ -221,6 +372,8 @@ nudge_main(void *arg)
 		}
 		if (in_flight >= NUDGES_IN_FLIGHT)
 			due = now_ns() + (int64_t) delay_ms * 1000000;
+		if (clock_wake >= 0)
+			due = Min(due, clock_wake);
 		timespec_at(&ts, due);
 		(void) pthread_cond_timedwait(&nudge_cond, &nudge_mutex, &ts);
 	}
@@ -257,6 +410,9 @@ zkn_start(int delay, size_t stack_size)
 	sent_count = answered_count = 0;
 	in_flight = 0;
 	progress_ns = last_nudge_ns = 0;
+	last_reply_ns = 0;
+	timeout_ms = 0;
+	declared = heartbeat_out = false;
 	delay_ms = delay;
 	stopping = false;
 	pthread_mutex_unlock(&nudge_mutex);

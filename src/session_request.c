@@ -766,7 +766,9 @@ zks_send_held_watch(const char *path)
 		if (zh != NULL)
 			zrc = zoo_aget(zh, path, 1, held_watch_completion, req);
 	}
-	if (zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
+	/* (not when nothing was sent: no completion would ever answer it) */
+	if (req != NULL &&
+		(zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR))
 		zkn_sent();
 	if (zrc == ZOK)
 		return;

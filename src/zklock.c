@@ -205,6 +205,7 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 {
 	Node	   *parsetree = pstmt->utilityStmt;
 	ErrorContextCallback frame;
+	bool		cancellable;
 
 	zkl_activity();
 	zko_utility(parsetree);
@@ -220,11 +221,11 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 		zkl_callbacks_first();
 
 	/* after a loss, only what cannot act under the lock (failfast.c) */
-	zkff_utility_start(parsetree);
+	cancellable = zkff_utility_start(parsetree);
 
 	PG_TRY();
 	{
-		zkff_frame_push(&frame);
+		zkff_frame_push(&frame, cancellable);
 		if (prev_process_utility)
 			prev_process_utility(pstmt, queryString, readOnlyTree, context,
 								 params, queryEnv, dest, qc);
@@ -264,7 +265,7 @@ zklock_executor_start(QueryDesc *queryDesc, int eflags)
 	{
 		zko_statement(queryDesc->plannedstmt);
 		/* after a loss, only what cannot act under the lock (failfast.c) */
-		zkff_statement_start(queryDesc->plannedstmt);
+		(void) zkff_statement_start(queryDesc->plannedstmt);
 	}
 	if (prev_executor_start)
 		prev_executor_start(queryDesc, eflags);
@@ -283,11 +284,16 @@ static void
 zklock_executor_run(ZK_EXECUTOR_RUN_PARAMS)
 {
 	ErrorContextCallback frame;
+	bool		cancellable;
 
-	/* a loss while it runs cancels it (failfast.c) */
+	/*
+	 * A loss while it runs cancels it; one known already refuses it (a
+	 * portal's later run starts no statement: failfast.c).
+	 */
+	cancellable = zkff_statement_start(queryDesc->plannedstmt);
 	PG_TRY();
 	{
-		zkff_frame_push(&frame);
+		zkff_frame_push(&frame, cancellable);
 		if (prev_executor_run)
 			prev_executor_run(ZK_EXECUTOR_RUN_ARGS);
 		else
@@ -311,10 +317,12 @@ static void
 zklock_executor_finish(QueryDesc *queryDesc)
 {
 	ErrorContextCallback frame;
+	bool		cancellable;
 
+	cancellable = zkff_cancellable(queryDesc->plannedstmt);
 	PG_TRY();
 	{
-		zkff_frame_push(&frame);
+		zkff_frame_push(&frame, cancellable);
 		if (prev_executor_finish)
 			prev_executor_finish(queryDesc);
 		else

@@ -18,16 +18,20 @@ test bounds the time from the loss to the error generously (5 s); the
 bench measures it.
 """
 
-import os
-import signal
+import re
+import socket
+import struct
+import threading
 import time
 
 import psycopg2
 
 from harness import wait_until
-from test_lockloss import (RERUN_HINT, ack_hint, assert_lost, deleted_detail,
-                           expired_detail, freeze_past_session_timeout)
+from test_lockloss import (RERUN_HINT, TS, ack_hint, after_freeze_detail,
+                           assert_lost, deleted_detail,
+                           freeze_past_session_timeout)
 from test_multisession import LOCK_X, LONG, expect_sqlstate, result, token_of
+from test_outage import Cut
 
 TIMEOUT = 120
 
@@ -65,6 +69,73 @@ def lose_while(ctx, b, node, sql, what, args=None):
 
 def lost_msg(res):
     return 'exclusive zklock on "%s" was lost' % res
+
+
+def watch_fired(ctx, path):
+    """The server fired (and dropped) every watch on path: its deletion's
+    notification is on its way to the watchers."""
+    wait_until(lambda: not ctx.zk.watches_by_path().get(path), 10,
+               'the watches on %s fired' % path)
+
+
+class RawPg:
+    """The PostgreSQL wire protocol (v3, trust authentication) by hand,
+    for what psycopg2 cannot send: an Execute with a row limit, which
+    leaves its portal suspended for the next Execute (JDBC's fetch size)."""
+
+    def __init__(self, pg, dbname, user='postgres'):
+        self.s = socket.create_connection((pg.host, pg.port), 10)
+        self.s.settimeout(60)
+        body = struct.pack('!i', 196608)
+        for k, v in (('user', user), ('database', dbname),
+                     ('application_name', 'ff-raw')):
+            body += k.encode() + b'\0' + v.encode() + b'\0'
+        body += b'\0'
+        self.s.sendall(struct.pack('!i', len(body) + 4) + body)
+        self.until(b'Z')
+
+    def msg(self, kind, body=b''):
+        self.s.sendall(kind + struct.pack('!i', len(body) + 4) + body)
+
+    def _n(self, n):
+        data = b''
+        while len(data) < n:
+            chunk = self.s.recv(n - len(data))
+            if not chunk:
+                raise EOFError('the server closed the connection')
+            data += chunk
+        return data
+
+    def until(self, *kinds):
+        """The messages up to the first of one of kinds."""
+        out = []
+        while True:
+            head = self._n(5)
+            kind = head[:1]
+            out.append((kind, self._n(struct.unpack('!i', head[1:])[0] - 4)))
+            if kind in kinds:
+                return out
+
+    def query(self, sql):
+        self.msg(b'Q', sql.encode() + b'\0')
+        return self.until(b'Z')
+
+    def close(self):
+        try:
+            self.msg(b'X')
+        finally:
+            self.s.close()
+
+
+def errors_of(msgs):
+    """The SQLSTATEs of the ErrorResponses among msgs."""
+    codes = []
+    for kind, body in msgs:
+        if kind == b'E':
+            fields = dict((f[:1], f[1:].decode()) for f in body.split(b'\0')
+                          if f)
+            codes.append(fields.get(b'C'))
+    return codes
 
 
 def test_sleep_ends_at_deletion(ctx):
@@ -198,10 +269,11 @@ def test_idle_transaction_refused_at_next_statement(ctx):
 def test_expired_session_ends_statement(ctx):
     """The holder is frozen past the session timeout while pg_sleep runs;
     another backend gets the lock; once thawed, the sleep ends with 40001
-    (not at its end, 60 s later).  Its DETAIL names the expired session,
+    (not at its end, 60 s later).  Its DETAIL names the expired session;
     or the deletion of the node: the ensemble deleted it when it expired
     the session, and the notification of that deletion can reach the
-    thawed client before the reconnect that reports the expiry."""
+    thawed client before the reconnect that reports the expiry; or the
+    loss clock, which has run out when the backend wakes."""
     res = 'ff-expired'
     b, node = hold(ctx, 'ff-expired', res)
     sid = b.scalar('SELECT session_id FROM zk_status()')
@@ -214,10 +286,130 @@ def test_expired_session_ends_statement(ctx):
     took = time.monotonic() - thawed
     assert took < NOTICE_S + ctx.session_timeout, \
         'the sleep ended %.1f s after the thaw' % took
-    assert_lost(e, lost_msg(res), '(%s)|(%s)' % (
-        expired_detail(sid, node.path), deleted_detail(node.path)),
-        RERUN_HINT)
+    assert_lost(e, lost_msg(res), after_freeze_detail(sid, node.path),
+                RERUN_HINT)
     w.query('ROLLBACK')
+
+
+def test_cut_off_holder_stops_by_the_clock(ctx):
+    """A holder cut off from the ensemble (its proxy stops: no server
+    reachable, so nobody tells it of the expiry) while pg_sleep runs:
+    about a session timeout after the last reply it had, the statement
+    ends with 40001 saying that no reply came for the session timeout.
+    Also within a session timeout (plus slack) of the cut: the holder
+    sends a heartbeat every third of it while it holds."""
+    res = 'ff-clock'
+    with Cut(ctx, 'ff-clock') as c:
+        b = c.backend('ff-clock')
+        b.query('BEGIN')
+        token_of(b.submit(LOCK_X, [res, LONG]), 10)
+        sid = b.scalar('SELECT session_id FROM zk_status()')
+        [node] = ctx.zi.wait_contenders(res, 1)
+        fut = b.submit('SELECT pg_sleep(60)')
+        wait_until(lambda: b.busy, 10, 'pg_sleep running')
+        # idle for longer than a heartbeat's interval: the clock runs from
+        # the heartbeat's reply, not from the lock's
+        time.sleep(ctx.session_timeout / 2)
+        t0 = time.monotonic()
+        c.cut()
+        e = expect_sqlstate(fut, '40001', ctx.session_timeout + 30,
+                            'pg_sleep of the cut-off holder')
+        took = time.monotonic() - t0
+        assert took < ctx.session_timeout + 2, \
+            'the statement ended %.1f s after the cut (session timeout %d s)' \
+            % (took, ctx.session_timeout)
+        assert_lost(e, lost_msg(res),
+                    r'No reply from the ZooKeeper ensemble to session %s for '
+                    r'%d\.0 s, its session timeout, until %s: the session that '
+                    r'held node "%s" counts as expired\.'
+                    % (sid, ctx.session_timeout, TS, re.escape(node.path)),
+                    RERUN_HINT)
+        b.query('ROLLBACK')
+
+
+def test_suspended_portal_refused_after_loss(ctx):
+    """A portal read in batches (Execute with a row limit, as JDBC's fetch
+    size does): the loss comes while the client works on a batch, outside
+    any statement; the next Execute starts no new statement, but runs the
+    executor again, and is refused there with 40001: the sequence the
+    query advances moved for the first batch only."""
+    a = ctx.admin
+    a.query('DROP SEQUENCE IF EXISTS ff_portal_seq')
+    a.query('CREATE SEQUENCE ff_portal_seq')
+    res = 'ff-portal'
+    r = RawPg(ctx.pg, ctx.dbname)
+    try:
+        assert not errors_of(r.query('BEGIN'))
+        out = r.query("SELECT zk_lock_exclusive('%s', '60 s')" % res)
+        assert not errors_of(out), out
+        [node] = ctx.zi.wait_contenders(res, 1)
+        sql = b"SELECT nextval('ff_portal_seq') FROM generate_series(1, 1000)"
+        r.msg(b'P', b'\0' + sql + b'\0' + struct.pack('!h', 0))
+        r.msg(b'B', b'\0\0' + struct.pack('!hhh', 0, 0, 0))
+        r.msg(b'E', b'\0' + struct.pack('!i', 1))
+        r.msg(b'H')
+        out = r.until(b's', b'E')
+        assert out[-1][0] == b's', out
+        ctx.kz.delete(node.path)
+        watch_fired(ctx, node.path)
+        r.msg(b'E', b'\0' + struct.pack('!i', 0))
+        r.msg(b'S')
+        out = r.until(b'Z')
+        assert errors_of(out) == ['40001'], out
+        assert a.scalar('SELECT last_value FROM ff_portal_seq') == 1
+        r.query('ROLLBACK')
+    finally:
+        r.close()
+
+
+def test_cancel_for_a_lock_released_meanwhile_is_still_a_loss(ctx):
+    """The loss cancels a COPY FROM STDIN that waits for its client (the
+    cancel waits for the next row); that row's column DEFAULT releases the
+    lost lock before the cancel is raised: the error is still 40001, a
+    loss, never "canceling statement due to user request"."""
+    a = ctx.admin
+    res = 'ff-copy'
+    a.query('DROP TABLE IF EXISTS ff_copy')
+    a.query("CREATE TABLE ff_copy (a int, b bool DEFAULT zk_unlock('%s'))"
+            % res)
+    b, node = hold(ctx, 'ff-copy', res, session=True)
+    go = threading.Event()
+
+    class Rows:
+        sent = False
+
+        def read(self, n=-1):
+            if Rows.sent:
+                return ''
+            go.wait(30)
+            Rows.sent = True
+            return '1\n'
+
+        readline = read
+
+    box = {}
+
+    def run():
+        try:
+            with b.conn.cursor() as cur:
+                cur.copy_expert('COPY ff_copy (a) FROM STDIN', Rows())
+            box['ok'] = True
+        except Exception as e:             # the outcome, checked below
+            box['e'] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    wait_until(lambda: a.scalar("SELECT wait_event FROM pg_stat_activity "
+                                "WHERE pid = %s", [b.pid]) == 'ClientRead'
+               and a.scalar("SELECT query FROM pg_stat_activity WHERE pid "
+                            "= %s", [b.pid]).startswith('COPY'),
+               10, 'COPY waiting for its data')
+    ctx.kz.delete(node.path)
+    watch_fired(ctx, node.path)
+    go.set()
+    t.join(30)
+    e = box.get('e')
+    assert e is not None and e.pgcode == '40001', \
+        'COPY ended with %r (%s)' % (e or box, getattr(e, 'pgcode', None))
 
 
 def test_zklock_wait_ends_when_held_lock_lost(ctx):

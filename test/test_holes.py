@@ -94,8 +94,11 @@ def test_prepare_fails_on_lost_session_lock(ctx):
     """A session lock whose node another client deleted: PREPARE
     TRANSACTION fails with 40001 naming the resource (the COMMIT's
     message: what happened, when, and to acknowledge), and nothing is
-    prepared (COMMIT PREPARED could otherwise commit it from elsewhere)."""
+    prepared (COMMIT PREPARED could otherwise commit it from elsewhere).
+    (zklock.cancel_on_loss off: with it on, the INSERT would be refused
+    first, once the node's watch told the backend; test_failfast.py.)"""
     a = backend(ctx, 'holes-prep')
+    a.query('SET zklock.cancel_on_loss = off')
     res = 'holes/prepare-lost'
     token_of(a.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 15)
     node = node_of(a, res)
@@ -808,6 +811,7 @@ def test_settings_defaults(ctx):
         'zklock.reply_nudge_delay': '20',
         'zklock.root': '/zklock',
         'zklock.session_locks': 'on',
+        'zklock.cancel_on_loss': 'on',
         'zklock.session_timeout': '10000',
         'zklock.track_stats': 'on',
         'zklock.verify_at_commit': 'on',

@@ -164,38 +164,48 @@ def session_requests(ctx, b):
 def test_verify_costs_requests_per_commit(ctx):
     """What zklock.verify_at_commit costs, counted on the backend's own
     session: a COMMIT of 3 locks sends one multi delete with the check
-    off, and 3 exists more with it on; of 20 locks (the multi "check"
-    path), one multi delete off and one multi check more on.  Off must
-    cost fewer requests per commit than on.  An idle session's ping may
-    land in a window: the least of three commits counts."""
+    off, and with it on a sync more and, with zklock.cancel_on_loss off, 3
+    exists (with it on, each held node's own watch confirms it with the
+    sync alone); of 20 locks (the multi "check" path), one multi delete
+    off and one multi check more on.  Off must cost fewer requests per
+    commit than on.  An idle session's ping may land in a window: the
+    least of three commits counts."""
     b = ctx.backend('bulk-verify-cost')
     costs = {}
-    for n in (3, 20):
+    for n, verify, cancel in ((3, 'off', 'off'), (3, 'on', 'off'),
+                              (3, 'on', 'on'), (20, 'off', 'on'),
+                              (20, 'on', 'on')):
         prefix = 'bulk-cost-%d' % n
-        for verify in ('off', 'on'):
-            b.query('SET zklock.verify_at_commit = %s' % verify)
-            tries = []
-            for _ in range(3):
-                b.query('BEGIN')
-                assert b.scalar(MANY_X, [prefix, n]) == n
-                before = session_requests(ctx, b)
-                b.query('COMMIT')
-                wait_all_gone(ctx, prefix, 'nodes of %s deleted' % prefix)
-                tries.append(session_requests(ctx, b) - before)
-            costs[(n, verify)] = min(tries)
-            ctx.figure('requests per COMMIT of %d locks, verify_at_commit '
-                       '%s' % (n, verify), min(tries))
+        b.query('SET zklock.verify_at_commit = %s' % verify)
+        b.query('SET zklock.cancel_on_loss = %s' % cancel)
+        tries = []
+        for _ in range(3):
+            b.query('BEGIN')
+            assert b.scalar(MANY_X, [prefix, n]) == n
+            before = session_requests(ctx, b)
+            b.query('COMMIT')
+            wait_all_gone(ctx, prefix, 'nodes of %s deleted' % prefix)
+            tries.append(session_requests(ctx, b) - before)
+        costs[(n, verify, cancel)] = min(tries)
+        ctx.figure('requests per COMMIT of %d locks, verify_at_commit '
+                   '%s, cancel_on_loss %s' % (n, verify, cancel),
+                   min(tries))
     b.query('RESET zklock.verify_at_commit')
-    for n in (3, 20):
-        off, on = costs[(n, 'off')], costs[(n, 'on')]
+    b.query('RESET zklock.cancel_on_loss')
+    for n, cancel in ((3, 'off'), (20, 'on')):
+        off, on = costs[(n, 'off', cancel)], costs[(n, 'on', cancel)]
         assert off >= 1, 'COMMIT of %d locks sent no request' % n
         assert off < on, ('%d locks: verify_at_commit off cost %d requests '
                           'per COMMIT, on %d: off must cost fewer'
                           % (n, off, on))
     # the expected figures: deletes in one multi; the check is a sync and
-    # one exists per node below 16 locks, and one multi check from 16 on
-    assert costs[(3, 'off')] == 1 and costs[(3, 'on')] == 5, costs
-    assert costs[(20, 'off')] == 1 and costs[(20, 'on')] == 2, costs
+    # one exists per unwatched node below 16 locks, and one multi check
+    # from 16 on
+    assert costs[(3, 'off', 'off')] == 1, costs
+    assert costs[(3, 'on', 'off')] == 5, costs
+    assert costs[(3, 'on', 'on')] == 2, costs
+    assert costs[(20, 'off', 'on')] == 1, costs
+    assert costs[(20, 'on', 'on')] == 2, costs
 
 
 def test_verify_many_names_the_lost_lock(ctx):

@@ -399,10 +399,13 @@ def test_one_waiter_watches_the_leases(ctx):
     works"): five; six when the holder itself was granted the mutex that
     way, as its own-node watch stays armed while it holds.  (Which one
     depends on how the waiters' first counts, each with no room, and
-    their second rounds interleave.)"""
+    their second rounds interleave.)  The holder runs with
+    zklock.cancel_on_loss off, so that its lease keeps no watch of its own
+    (test_failfast.py covers that watch)."""
     res = 'sem-herd'
     base = ctx.zk.watch_counts()
     h = sql(ctx, 'sem-herd-h')
+    h.query('SET zklock.cancel_on_loss = off')
     h.query('BEGIN')
     token_of(h.submit('SELECT zk_lock_semaphore(%s, 1)', [res]), 10)
     ws = [sql(ctx, 'sem-herd-w%d' % i) for i in range(5)]
