@@ -62,8 +62,9 @@ Targets (issue 39): deletion -> error p99 <= 50 ms; partition -> error
 <= session timeout + 500 ms; a lock cycle with cancel_on_loss on within
 2 % of off (the pooled overhead's upper 95 % bound).
 
-Time: about 7 minutes on this 2-core VM in a full run (the partition runs
-are 6-8 s each), plus the bench's start and warm-up.
+Time: about 4 minutes on this 2-core VM in a full run (the losses 3 s,
+the 20 partitions 2 min, the cost 2 min), plus the bench's start and
+warm-up.
 """
 import math
 import os
@@ -579,7 +580,11 @@ def report(res, L):
                      'medians of the rounds. The count includes the session\'s connect and '
                      'close and any ping. On adds a getData (watch) per acquisition for the '
                      'held node\'s watch; with that watch the commit check is a sync alone '
-                     'instead of sync + exists.' % c.get('req_secs', 0))
+                     'instead of sync + exists. The cycles per second of these windows drift '
+                     'from window to window (the latency above, from the mixed runs, is the '
+                     'comparison of speed); requests per cycle is the figure to compare, and '
+                     'requests per second is it times that window\'s rate.'
+                     % c.get('req_secs', 0))
             L.append('')
             L.append('| cancel_on_loss | requests per cycle | cycles per second | requests per '
                      'second (the one client) |')

@@ -20,7 +20,7 @@ all alike); every figure the median over the rounds and every ratio the
 median of the per-round ratios; host CPU steal recorded (/proc/stat).
 QUICK=1: 1 round, 2 s measurements, fewer array and memory cycles.
 
-Time: about 22 minutes on this 2-core VM, plus 8 for the stats part, 28 for the tail part, 9 for the waitcost part and 7 for the failfast part.  To stay under ~35 minutes
+Time: about 22 minutes on this 2-core VM, plus 8 for the stats part, 28 for the tail part, 9 for the waitcost part and 4 for the failfast part.  To stay under ~35 minutes
 with five rounds on three servers, the default run measures 3 s per figure
 (4 s per handoff-latency figure) after a 1 s warm-up (2 s for Curator's
 JIT), leaves out the reference-only uncontended rows (rawzk pipelined and
@@ -105,7 +105,7 @@ Parts (--only takes a comma-separated list of these names):
                stopped for session timeout + 2 s) to the 40001, 20 runs;
                and a lock cycle (fresh names) with zklock.cancel_on_loss on
                against off, mixed in one pgbench run as in stats, with the
-               requests per cycle of each (bench/failfast_part.py; ~7 min).
+               requests per cycle of each (bench/failfast_part.py; ~4 min).
 
 Writes results.md and handoffs.png (gnuplot: handoffs per second against N,
 and handoff latency) into bench/ (or --out), raw numbers in
