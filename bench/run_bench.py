@@ -20,7 +20,7 @@ all alike); every figure the median over the rounds and every ratio the
 median of the per-round ratios; host CPU steal recorded (/proc/stat).
 QUICK=1: 1 round, 2 s measurements, fewer array and memory cycles.
 
-Time: about 22 minutes on this 2-core VM, plus 8 for the stats part, 28 for the tail part and 9 for the waitcost part.  To stay under ~35 minutes
+Time: about 22 minutes on this 2-core VM, plus 8 for the stats part, 28 for the tail part, 9 for the waitcost part and 4 for the failfast part.  To stay under ~35 minutes
 with five rounds on three servers, the default run measures 3 s per figure
 (4 s per handoff-latency figure) after a 1 s warm-up (2 s for Curator's
 JIT), leaves out the reference-only uncontended rows (rawzk pipelined and
@@ -99,6 +99,13 @@ Parts (--only takes a comma-separated list of these names):
                waiters at K = 100; and the time from a deadlock cycle's
                closing to its 40P01 (bench/waitcost_part.py; ~9 min;
                --waitcost full: the whole grid).
+  failfast     fail fast (issue 39): from a held node's deletion to its
+               holder's 40001 (pg_sleep under a transaction lock, 200
+               losses; a session-level lock, 100), from a cut (a proxy
+               stopped for session timeout + 2 s) to the 40001, 20 runs;
+               and a lock cycle (fresh names) with zklock.cancel_on_loss on
+               against off, mixed in one pgbench run as in stats, with the
+               requests per cycle of each (bench/failfast_part.py; ~4 min).
 
 Writes results.md and handoffs.png (gnuplot: handoffs per second against N,
 and handoff latency) into bench/ (or --out), raw numbers in
@@ -122,6 +129,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILD = os.path.join(HERE, 'build')
 sys.path.insert(0, os.path.join(ROOT, 'test', 'lib'))
+import failfast_part  # noqa: E402
 import harness  # noqa: E402
 import stats_part  # noqa: E402
 import waitcost_part  # noqa: E402
@@ -1248,6 +1256,11 @@ class Bench:
         """What waiting costs (issue 38): bench/waitcost_part.py."""
         waitcost_part.run(self)
 
+    def part_failfast(self):
+        """From a loss to the holder's error, and the cost (issue 39):
+        bench/failfast_part.py."""
+        failfast_part.run(self)
+
     # -- tail latency (issue 27) ---------------------------------------------
 
     TAIL = [
@@ -1527,6 +1540,7 @@ def targets(res):
     tail_targets(res, out)
     out.extend(stats_part.targets(res))
     out.extend(waitcost_part.targets(res))
+    out.extend(failfast_part.targets(res))
 
     def at_least(label, x, bound):
         out.append((label, x, x is not None and x >= bound))
@@ -2343,6 +2357,7 @@ def write_markdown(res, info, path, elapsed, load):
             L.append('| %s | %s | %s |' % (name, fmt(value, '%.3f'), 'yes' if ok else '**no**'))
     stats_part.report(res, L)
     waitcost_part.report(res, L)
+    failfast_part.report(res, L)
     tail = res.get('tail') or {}
     if any(isinstance(v, dict) and any(isinstance(k, int) for k in v)
            for v in tail.values()):
@@ -2405,13 +2420,14 @@ def write_markdown(res, info, path, elapsed, load):
     L.append('make bench ZK_FSYNC=0      # ZooKeeper with forceSync=no, as make test')
     L.append('make bench BENCH_ONLY=latency,semaphore BENCH_OUT=/tmp/b   # some parts only')
     L.append('make bench BENCH_ONLY=waitcost BENCH_OUT=bench/waitcost   # the cost of waiting (issue 38)')
+    L.append('make bench BENCH_ONLY=failfast BENCH_OUT=bench/failfast   # fail fast (issue 39)')
     L.append('```')
     with open(path, 'w') as f:
         f.write('\n'.join(L) + '\n')
 
 
 PARTS = ('uncontended', 'contended', 'latency', 'semaphore', 'herd', 'many',
-         'arrays', 'memory', 'fresh', 'stats', 'tail', 'waitcost')
+         'arrays', 'memory', 'fresh', 'stats', 'tail', 'waitcost', 'failfast')
 
 
 def self_many(res):

@@ -87,29 +87,38 @@ def write_scripts(work):
     return paths
 
 
-def mixed_run(pg, clients, on_path, off_path, secs):
-    """One pgbench run mixing both scripts; {'on': (n, avg ms, sd ms),
-    'off': ...}.  Raises on a failed run or a failed transaction."""
-    cmd = harness.as_pg_user([
-        harness.PG_BIN + '/pgbench', '-n', '-h', '127.0.0.1', '-p', str(pg.port),
-        '-U', 'postgres', '-c', str(clients), '-j', '1', '-T', str(secs),
-        '-f', on_path + '@1', '-f', off_path + '@1', 'postgres'])
-    out = subprocess.run(cmd, capture_output=True, text=True,
-                         timeout=secs + 120)
+def pgbench(pg, clients, paths, secs, extra=()):
+    """pgbench -c clients -T secs with the scripts at equal weight (extra:
+    more options); its output.  Raises on a failed run or a failed
+    transaction."""
+    cmd = [harness.PG_BIN + '/pgbench', '-n', '-h', '127.0.0.1', '-p', str(pg.port),
+           '-U', 'postgres', '-c', str(clients), '-j', '1', '-T', str(secs)]
+    cmd += list(extra)
+    for path in paths:
+        cmd += ['-f', path + '@1']
+    out = subprocess.run(harness.as_pg_user(cmd + ['postgres']), capture_output=True,
+                         text=True, timeout=secs + 120)
     if out.returncode != 0:
         raise RuntimeError('pgbench failed (status %d):\n%s%s'
                            % (out.returncode, out.stdout, out.stderr))
     failed = re.search(r'number of failed transactions: (\d+)', out.stdout)
     if failed and int(failed.group(1)) > 0:
         raise RuntimeError('pgbench: failed transactions:\n' + out.stdout)
+    return out.stdout
+
+
+def mixed_run(pg, clients, on_path, off_path, secs, extra=()):
+    """One pgbench run mixing both scripts; {'on': (n, avg ms, sd ms),
+    'off': ...}.  Raises on a failed run or a failed transaction."""
+    stdout = pgbench(pg, clients, [on_path, off_path], secs, extra)
     got = {}
-    for m in SCRIPT_STATS.finditer(out.stdout):
+    for m in SCRIPT_STATS.finditer(stdout):
         track = 'on' if m.group('path') == on_path else 'off'
         got[track] = (int(m.group('n')), float(m.group('avg')),
                       float(m.group('sd')))
     if set(got) != {'on', 'off'} or not got['on'][0] or not got['off'][0]:
         raise RuntimeError('pgbench printed no per-script latency:\n'
-                           + out.stdout)
+                           + stdout)
     return got
 
 
