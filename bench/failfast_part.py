@@ -32,12 +32,11 @@ and its cluster, default settings (zklock.cancel_on_loss on) unless said:
      test_outage plays); a kazoo client notes when the server has deleted
      the node (the session expired); session timeout + 2 s after t0 a
      proxy is started again on the same port; t1 = the holder's error.
-     zklock learns of a cut-off only when the reconnect reports the
-     session expired (the clock rule, "no reply for a session timeout
-     means lost", is not built), so t1 - t0 is the cut's length plus the
-     reconnect; the issue's target (session timeout + 500 ms, without a
-     reconnect) cannot be met and the report says so.  20 runs (QUICK 3),
-     a fresh backend and proxy each.
+     The loss clock (session_nudge.c: no reply from the leader for the
+     negotiated session timeout while holding) ends the statement during
+     the cut; a build without it learns only when the reconnect reports
+     the session expired, after the cut, and the report says so.  20 runs
+     (QUICK 3), a fresh backend and proxy each.
 
   3. Cost on the normal path.  BEGIN; SELECT zk_lock_exclusive(name);
      COMMIT, 1 client, a name never used before in every cycle (a
@@ -542,10 +541,9 @@ def report(res, L):
                      % (TARGET_PARTITION_S, bound, 'met' if met else '**not met**',
                         p['error']['max'],
                         '' if met else
-                        ' zklock learns of a cut-off only when its reconnect is told the '
-                        'session expired: the clock rule (no reply for a session timeout '
-                        'means lost) is not built, so the error comes after the cut ends '
-                        '(here session timeout + %.0f s) plus the reconnect.'
+                        ' The error came only after the cut ended (here session timeout '
+                        '+ %.0f s) and the reconnect: the loss clock (no reply from the '
+                        'leader for a session timeout) did not end the statement first.'
                         % p.get('cut_extra_s', 0)))
     c = ff.get('cost') or {}
     if c:

@@ -92,6 +92,23 @@ remove_locked(int i)
 	watched[i] = watched[--n_watched];
 }
 
+/*
+ * A new armed entry owning *copy (set to NULL then); false if the table
+ * is full or the copy failed (zks_mutex held).
+ */
+static bool
+add_locked(char **copy, bool held)
+{
+	if (*copy == NULL || n_watched >= MAX_WATCHED)
+		return false;
+	watched[n_watched].path = *copy;
+	watched[n_watched].state = ZKS_WATCH_ARMED;
+	watched[n_watched].held = held;
+	n_watched++;
+	*copy = NULL;
+	return true;
+}
+
 bool
 zks_watch_room(void)
 {
@@ -119,15 +136,8 @@ zks_watch_node(const char *path, bool *tracked)
 			watched[i].state = ZKS_WATCH_ARMED;
 		*tracked = true;
 	}
-	else if (copy != NULL && n_watched < MAX_WATCHED)
-	{
-		watched[n_watched].path = copy;
-		watched[n_watched].state = ZKS_WATCH_ARMED;
-		watched[n_watched].held = false;
-		n_watched++;
-		copy = NULL;
-		*tracked = true;
-	}
+	else
+		*tracked = add_locked(&copy, false);
 	pthread_mutex_unlock(&zks_mutex);
 	free(copy);
 
@@ -184,15 +194,8 @@ zks_watch_held(const char *path)
 			send = true;
 		}
 	}
-	else if (copy != NULL && n_watched < MAX_WATCHED)
-	{
-		watched[n_watched].path = copy;
-		watched[n_watched].state = ZKS_WATCH_ARMED;
-		watched[n_watched].held = true;
-		n_watched++;
-		copy = NULL;
-		send = true;
-	}
+	else
+		send = add_locked(&copy, true);
 	pthread_mutex_unlock(&zks_mutex);
 	free(copy);
 	if (send)

@@ -449,27 +449,22 @@ def test_users_cancels_stay_theirs(ctx):
             str(e)
         # (the ROLLBACK that follows undoes the SET)
 
-    user_cancel()
-    b.query('ROLLBACK')
-    b.query('BEGIN')
-    token_of(b.submit(LOCK_X, [res, LONG]), 10)
-    timeout()
-    b.query('ROLLBACK')
+    def under_new_lock(cancel):
+        """The lock taken again in a new transaction, cancel() in it."""
+        b.query('BEGIN')
+        token_of(b.submit(LOCK_X, [res, LONG]), 10)
+        cancel()
+        b.query('ROLLBACK')
 
-    # a loss delivered, then the user's own again
-    b.query('BEGIN')
-    token_of(b.submit(LOCK_X, [res, LONG]), 10)
-    [node] = ctx.zi.wait_contenders(res, 1)
-    lose_while(ctx, b, node, 'SELECT pg_sleep(60)', 'pg_sleep')
-    b.query('ROLLBACK')
-    b.query('BEGIN')
-    token_of(b.submit(LOCK_X, [res, LONG]), 10)
     user_cancel()
     b.query('ROLLBACK')
-    b.query('BEGIN')
-    token_of(b.submit(LOCK_X, [res, LONG]), 10)
-    timeout()
-    b.query('ROLLBACK')
+    under_new_lock(timeout)
+    # a loss delivered, then the user's own again
+    under_new_lock(lambda: lose_while(
+        ctx, b, ctx.zi.wait_contenders(res, 1)[0], 'SELECT pg_sleep(60)',
+        'pg_sleep'))
+    under_new_lock(user_cancel)
+    under_new_lock(timeout)
 
 
 def test_cancel_on_loss_off_learns_at_commit(ctx):
