@@ -263,7 +263,7 @@ delete_task_completion(int rc, const void *data)
 {
 	CleanupTask *t = (CleanupTask *) data;
 
-	zkn_answered();
+	zkn_answered(rc);
 	pthread_mutex_lock(&zks_mutex);
 	if (zks_is_connection_loss(rc) && !zh_closing && !t->dead)
 		t->in_flight = false;	/* re-sent after the reconnect */
@@ -281,7 +281,7 @@ batch_task_completion(int rc, const void *data)
 {
 	CleanupTask *t = (CleanupTask *) data;
 
-	zkn_answered();
+	zkn_answered(rc);
 	pthread_mutex_lock(&zks_mutex);
 	if (zks_is_connection_loss(rc) && !zh_closing && !t->dead)
 		t->in_flight = false;
@@ -301,7 +301,7 @@ sweep_task_completion(int rc, const struct String_vector *strings,
 {
 	CleanupTask *t = (CleanupTask *) data;
 
-	zkn_answered();
+	zkn_answered(rc);
 	pthread_mutex_lock(&zks_mutex);
 	if (zks_is_connection_loss(rc) && !zh_closing && !t->dead)
 		t->in_flight = false;
@@ -339,7 +339,7 @@ sweep_task_completion(int rc, const struct String_vector *strings,
 static void
 sync_task_completion(int rc, const char *value, const void *data)
 {
-	zkn_answered();
+	zkn_answered(rc);
 }
 
 static void

@@ -157,21 +157,32 @@ zkn_sent(void)
 	pthread_mutex_unlock(&nudge_mutex);
 }
 
-/* A reply of any kind came (nudge_mutex held). */
+/*
+ * A completion ran with this code (nudge_mutex held).  The loss clock
+ * counts only what a server said: libzookeeper fails the outstanding
+ * requests itself (connection loss, a closing handle) when a connection
+ * ends, and a backend that keeps asking through an outage would otherwise
+ * keep the clock from ever running out.  (Codes from ZAPIERROR down are
+ * the server's answers; those above, but ZOK, the client's own.)
+ */
 static void
-replied_locked(void)
+replied_locked(int zrc)
 {
-	progress_ns = last_reply_ns = now_ns();
-	declared = false;
+	progress_ns = now_ns();
+	if (zrc == ZOK || zrc <= ZAPIERROR)
+	{
+		last_reply_ns = progress_ns;
+		declared = false;
+	}
 }
 
 /* A completion ran (completion thread). */
 void
-zkn_answered(void)
+zkn_answered(int zrc)
 {
 	pthread_mutex_lock(&nudge_mutex);
 	answered_count++;
-	replied_locked();
+	replied_locked(zrc);
 	pthread_mutex_unlock(&nudge_mutex);
 }
 
@@ -184,7 +195,7 @@ void
 zkn_connected(int negotiated_ms)
 {
 	pthread_mutex_lock(&nudge_mutex);
-	replied_locked();
+	replied_locked(ZOK);
 	timeout_ms = negotiated_ms;
 	if (cond_ready)
 		pthread_cond_signal(&nudge_cond);
@@ -215,7 +226,7 @@ nudge_completion(int rc, const struct Stat *stat, const void *data)
 	/* every request sent before the nudge has been answered (see above) */
 	if (answered_count < before)
 		answered_count = before;
-	replied_locked();
+	replied_locked(rc);
 	pthread_mutex_unlock(&nudge_mutex);
 }
 
@@ -225,7 +236,7 @@ heartbeat_completion(int rc, const char *value, const void *data)
 	pthread_mutex_lock(&nudge_mutex);
 	heartbeat_out = false;
 	pthread_mutex_unlock(&nudge_mutex);
-	zkn_answered();
+	zkn_answered(rc);
 }
 
 /*

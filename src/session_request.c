@@ -183,7 +183,7 @@ create_completion(int rc, const char *value, const struct Stat *stat,
 {
 	ZksRequest *req = (ZksRequest *) data;
 
-	zkn_answered();
+	zkn_answered(rc);
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
 	{
@@ -223,7 +223,7 @@ create_completion(int rc, const char *value, const struct Stat *stat,
 static bool
 completion_begin(ZksRequest *req, int rc)
 {
-	zkn_answered();
+	zkn_answered(rc);
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
 	{
@@ -307,7 +307,7 @@ multi_create_completion(int rc, const void *data)
 {
 	ZksRequest *req = (ZksRequest *) data;
 
-	zkn_answered();
+	zkn_answered(rc);
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
 	{
@@ -732,7 +732,7 @@ held_watch_completion(int rc, const char *value, int value_len,
 {
 	ZksRequest *req = (ZksRequest *) data;
 
-	zkn_answered();
+	zkn_answered(rc);
 	pthread_mutex_lock(&zks_mutex);
 	zkw_held_reply_locked(req->path, rc);
 	unlink_abandoned_locked(req);
