@@ -351,17 +351,22 @@ nudge_main(void *arg)
 
 		if (outstanding <= 0 || delay_ms <= 0)
 		{
+			/*
+			 * Nothing to nudge: sleep until a request is sent (zkn_sent
+			 * signals while idle_waiting) or the loss clock is due.  The
+			 * clock's timed sleep must be woken by a send too: sleeping
+			 * through it left a stuck reply un-nudged until the next
+			 * heartbeat (test_wakeup met 608 ms with no write anywhere).
+			 */
+			idle_waiting = true;
 			if (clock_wake < 0)
-			{
-				idle_waiting = true;
 				pthread_cond_wait(&nudge_cond, &nudge_mutex);
-				idle_waiting = false;
-			}
 			else
 			{
 				timespec_at(&ts, clock_wake);
 				(void) pthread_cond_timedwait(&nudge_cond, &nudge_mutex, &ts);
 			}
+			idle_waiting = false;
 			continue;
 		}
 		due = Max(progress_ns, last_nudge_ns) + (int64_t) delay_ms * 1000000;

@@ -957,7 +957,8 @@ def test_m_held_request_is_freed_by_the_nudge(ctx):
     backend (not proxied) waits for the lock and must be granted within
     the bound.  (zklock.cancel_on_loss off: the watches it sets on held
     nodes are sent without waiting, after the call's last request, and
-    would free that request before any nudge could.)"""
+    would free that request before any nudge could: test_m2 runs with it
+    on.)"""
     res = 'proxy-stuck'
     with Scene(ctx, 'stuck') as sc:
         parent = sc.parent(res)
@@ -1011,6 +1012,7 @@ def test_m_held_request_is_freed_by_the_nudge(ctx):
             b.submit(LOCK_X, [res, '10 seconds']), 15, 'the lock'))
         stuck('COMMIT with the check', lambda: b.query('COMMIT', timeout=15))
         ctx.zi.wait_contenders(res, 0)
+
         b.query('BEGIN')
         stuck('array call', lambda: b.query(
             "SELECT zk_lock_exclusive(%s::text[], '10 seconds')", [arr],
@@ -1051,6 +1053,43 @@ def test_m_held_request_is_freed_by_the_nudge(ctx):
         nudges = sum(x.scalar('SELECT nudges FROM zk_status()')
                      for x in (b, w)) - nudges_before
         assert nudges >= 5, 'zk_status() counted %d nudges' % nudges
+
+
+def test_m2_request_sent_while_holding_is_nudged(ctx):
+    """With zklock.cancel_on_loss on (the default), the nudge's thread also
+    runs the loss clock while the backend holds a lock, sleeping until the
+    next heartbeat.  A request sent meanwhile must wake it: the proxy holds
+    each request until the next one, and the COMMIT check's sync, the last
+    request before the COMMIT can return, must be freed by a nudge within
+    NUDGED_WITHIN_S (it waited for the next heartbeat, 0.3 session
+    timeouts: test_wakeup saw the whole ensemble idle 608 ms)."""
+    res = 'proxy-stuck-clock'
+    with Scene(ctx, 'stuck-clock') as sc:
+        sc.parent(res)
+        b = sc.backend('proxy-stuck-clock')
+        lock_cycle(ctx, b, res, 'warm-up lock')
+        b.query('BEGIN')
+        token_of(b.submit(LOCK_X, [res, '10 seconds']), 15, 'the lock')
+        # a look with a round trip, answered: nothing outstanding after it
+        b.query('SELECT state FROM zk_locks')
+        held = []
+
+        def hook(req):
+            if not is_nudge(req) and req.op != OP_PING:
+                held.append(req)
+                return zkproxy.Verdict(hold=True)
+            return None
+        sc.proxy.hook = hook
+        t0 = time.monotonic()
+        b.query('COMMIT', timeout=15)
+        elapsed = time.monotonic() - t0
+        sc.proxy.hook = None
+        assert held and held[0].op == OP_SYNC, describe(held)
+        assert elapsed < NUDGED_WITHIN_S, \
+            'COMMIT took %.2f s (held: %s)' % (elapsed, describe(held))
+        nxt = [r for r in sc.proxy.requests(cid=held[0].cid)
+               if r.seq > held[0].seq][0]
+        assert is_nudge(nxt), 'the sync was freed by %r' % nxt
 
 
 def test_n_stray_of_an_abandoned_multi_is_not_a_foreign_contender(ctx):
