@@ -223,6 +223,8 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 	{
 		zkw_node_event_locked(type, path);
 		watch_counter++;
+		/* the server spoke: the loss clock counts it (session_nudge.c) */
+		zkn_heard();
 	}
 	pthread_mutex_unlock(&zks_mutex);
 	zks_wake_backend();

@@ -133,6 +133,7 @@ extern int	zkt_batch_fit(const char *const *paths, int n);
  */
 extern void zkn_sent(void);
 extern void zkn_answered(int zrc);
+extern void zkn_heard(void);
 extern void zkn_connected(int negotiated_ms);
 extern void zkn_set_holding(bool holding);
 extern bool zkn_start(int delay_ms, size_t stack_size);

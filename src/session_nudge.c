@@ -176,6 +176,23 @@ replied_locked(int zrc)
 	}
 }
 
+/*
+ * A watch notification came (the session watcher, zks_mutex held): the
+ * server spoke, as a reply does.  A lock granted by a notification (the
+ * predecessor's deletion) after a long wait with nothing to reply to
+ * would otherwise start the loss clock from the wait's last reply, long
+ * past, and be declared lost at once.  The server that sends a
+ * notification has just applied the leader's deletion, so it was in
+ * touch with the leader then, as a sync's answer shows.
+ */
+void
+zkn_heard(void)
+{
+	pthread_mutex_lock(&nudge_mutex);
+	replied_locked(ZOK);
+	pthread_mutex_unlock(&nudge_mutex);
+}
+
 /* A completion ran (completion thread). */
 void
 zkn_answered(int zrc)

@@ -436,6 +436,31 @@ def test_cancel_for_a_lock_released_meanwhile_is_still_a_loss(ctx):
         'COPY ended with %r (%s)' % (e or box, getattr(e, 'pgcode', None))
 
 
+def test_grant_after_a_long_quiet_wait_is_not_lost(ctx):
+    """A waiter that waited longer than the session timeout without a
+    reply to anything (waiting costs nothing: no request, only
+    libzookeeper's pings, which the loss clock does not see) is granted by
+    its predecessor's deletion: the notification counts as the server's
+    word, so the loss clock does not run out at the grant (it did: the
+    lock call ended with 40001, "No reply ... for 6.0 s").  The lock is
+    held, and the COMMIT goes through."""
+    res = 'ff-quiet-wait'
+    h, _ = hold(ctx, 'ff-quiet-h', res)
+    w = ctx.backend('ff-quiet-w')
+    w.query('BEGIN')
+    fut = w.submit(LOCK_X, [res, LONG])
+    ctx.zi.wait_contenders(res, 2)
+    # the scenario itself: a wait longer than the session timeout after
+    # the last reply (the idle nudges stop after 3.1 s, the deadlock
+    # record and search come at deadlock_timeout)
+    time.sleep(2 * ctx.session_timeout)
+    h.query('COMMIT')
+    token_of(fut, 15, 'the waiter, granted after a quiet wait')
+    assert w.query('SELECT state FROM zk_locks WHERE resource = %s',
+                   [res]) == [('held',)]
+    w.query('COMMIT')
+
+
 def test_zklock_wait_ends_when_held_lock_lost(ctx):
     """Holding A and waiting for B (held elsewhere): losing A ends the wait
     with 40001 naming A."""

@@ -297,8 +297,11 @@ def test_requests_per_lock(ctx):
     """1,000 free locks in one call: the creates go out in a multi
     request, so ZooKeeper receives about one request per lock (its
     listing) plus a few, not two or more per lock as a loop of scalar
-    calls; COMMIT releases them in a few multi requests too.  The time
-    per lock against the scalar loop is a figure (targets: make bench)."""
+    calls; COMMIT releases them in a few multi requests too.  The few
+    include the watches zklock.cancel_on_loss sets on the first 16 held
+    nodes (no more: README, "A lost lock stops its holder at once").  The
+    time per lock against the scalar loop is a figure (targets: make
+    bench)."""
     n = 1000
     res = names('set-req', n)
     b = ctx.backend('set-req')
@@ -321,7 +324,7 @@ def test_requests_per_lock(ctx):
                fmt='%.3f')
     ctx.figure('%d locks in one call' % n, took * 1000, 'ms', '%.0f')
     assert len(ephemerals_under(ctx, 'set-req')) == n
-    assert sent <= n + 20, '%d requests for %d locks' % (sent, n)
+    assert sent <= n + 20 + 16, '%d requests for %d locks' % (sent, n)
     before = packets_received(ctx)
     b.query('COMMIT')
     wait_all_gone(ctx, 'set-req', 'released at COMMIT')
