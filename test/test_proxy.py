@@ -957,8 +957,9 @@ def test_m_held_request_is_freed_by_the_nudge(ctx):
     backend (not proxied) waits for the lock and must be granted within
     the bound.  (zklock.cancel_on_loss off: the watches it sets on held
     nodes are sent without waiting, after the call's last request, and
-    would free that request before any nudge could: test_m2 runs with it
-    on.)"""
+    would free that request before any nudge could -- 19 met it once
+    with the semaphore's lease watch freeing the mutex node's delete --:
+    test_m2 runs with it on.)"""
     res = 'proxy-stuck'
     with Scene(ctx, 'stuck') as sc:
         parent = sc.parent(res)
@@ -968,6 +969,7 @@ def test_m_held_request_is_freed_by_the_nudge(ctx):
         b.query('SET zklock.cancel_on_loss = off')
         lock_cycle(ctx, b, res, 'warm-up lock')
         w, _, _ = warm_semaphore(ctx, sc, 'proxy-stuck-sem', 2)
+        w.query('SET zklock.cancel_on_loss = off')  # (as for b, above)
         before = zk_status(b).reconnects, zk_status(w).reconnects
         nudges_before = sum(x.scalar('SELECT nudges FROM zk_status()')
                             for x in (b, w))
