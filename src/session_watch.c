@@ -202,7 +202,12 @@ zks_watch_held(const char *path)
 		zks_send_held_watch(path);
 }
 
-/* The reply to a held node's watch (zks_mutex held; completion thread). */
+/*
+ * The reply to a held node's watch (zks_mutex held; completion thread).
+ * A NONODE here needs no sync before it is believed: the getData follows
+ * our own create on the same session, so the server answering it has
+ * applied that create, and a node it no longer has was deleted since.
+ */
 void
 zkw_held_reply_locked(const char *path, int zrc)
 {
