@@ -6,10 +6,10 @@ MODULE_big = zklock
 OBJS = src/zklock.o src/guccheck.o src/auth.o src/session.o src/session_request.o \
 	src/session_cleanup.o src/session_watch.o src/session_nudge.o src/session_wait.o src/session_threads.o \
 	src/session_hosts.o src/session_expiry.o src/session_status.o src/session_log.o src/session_cancel.o \
-	src/recipe.o src/waitgraph.o \
+	src/recipe.o src/waitgraph.o src/revokeform.o \
 	src/acquire.o src/parents.o src/commitcheck.o src/semaphore.o src/lockset.o \
 	src/locktable.o src/lostreason.o src/lockrequest.o src/callorder.o src/lookonly.o src/failfast.o \
-	src/deadlock.o src/waitsearch.o src/waitrecord.o src/inspect.o src/functions.o \
+	src/deadlock.o src/waitsearch.o src/waitrecord.o src/inspect.o src/revoke.o src/functions.o \
 	src/showtext.o src/stats.o src/statevict.o src/stats_shmem.o src/stats_pgstat.o src/waitlog.o \
 	src/curwaits.o src/cursessions.o src/version.o
 # every install and update script: sql/zklock--<v>.sql, sql/zklock--<a>--<b>.sql

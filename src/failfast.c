@@ -84,7 +84,18 @@ zkff_frame_push(ErrorContextCallback *cb, bool cancellable)
 	cb->previous = error_context_stack;
 	error_context_stack = cb;
 	if (frame_depth++ == 0 && cancellable)
+	{
 		zks_statement_begin();
+
+		/*
+		 * Look again now that a loss would cancel: one noticed between
+		 * the caller's look and the begin canceled nothing, and a lock
+		 * asked back then was given back at once (session_cancel.c).
+		 * (Inside the caller's PG_TRY: its catch pops the frame.)
+		 */
+		if (zklock_cancel_on_loss && zkl_any_loss())
+			zkl_refuse_if_lost();
+	}
 }
 
 /*

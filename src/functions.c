@@ -31,6 +31,7 @@
 #include "locktable.h"
 #include "mb/pg_wchar.h"
 #include "recipe.h"
+#include "revoke.h"
 #include "session.h"
 #include "showtext.h"
 
@@ -62,6 +63,8 @@ PG_FUNCTION_INFO_V1(zk_unlock_array);
 PG_FUNCTION_INFO_V1(zk_unlock_shared_array);
 PG_FUNCTION_INFO_V1(zk_locks);
 PG_FUNCTION_INFO_V1(zk_lock_queue);
+PG_FUNCTION_INFO_V1(zk_lock_revoke);
+PG_FUNCTION_INFO_V1(zk_lock_revoked);
 PG_FUNCTION_INFO_V1(zk_status);
 
 /*
@@ -479,9 +482,12 @@ zk_locks(PG_FUNCTION_ARGS)
 	rows = zkl_snapshot(&n);
 	for (int i = 0; i < n; i++)
 	{
-		/* the 9th column came in 1.2; a 1.1 definition reads 8 */
-		Datum		values[9];
-		bool		nulls[9] = {0};
+		/*
+		 * The 9th column came in 1.2 (a 1.1 definition reads 8), the
+		 * revocation's two in 1.9.
+		 */
+		Datum		values[11];
+		bool		nulls[11] = {0};
 
 		values[0] = CStringGetTextDatum(rows[i].resource);
 		values[1] = CStringGetTextDatum(zkr_mode_name(rows[i].mode));
@@ -489,12 +495,19 @@ zk_locks(PG_FUNCTION_ARGS)
 		values[3] = Int32GetDatum(rows[i].count);
 		values[4] = CStringGetTextDatum(rows[i].node);
 		values[5] = Int64GetDatum(rows[i].token);
-		values[6] = CStringGetTextDatum(rows[i].lost ? "lost" : "held");
+		values[6] = CStringGetTextDatum(rows[i].revoked ? "revoked" :
+										rows[i].lost ? "lost" : "held");
 		values[7] = TimestampTzGetDatum(rows[i].since);
 		if (rows[i].max_holders > 0)
 			values[8] = Int32GetDatum(rows[i].max_holders);
 		else
 			nulls[8] = true;
+		values[9] = TimestampTzGetDatum(rows[i].revoke_at);
+		nulls[9] = rows[i].revoke_at == 0;
+		if (rows[i].revoke_by != NULL)
+			values[10] = CStringGetTextDatum(rows[i].revoke_by);
+		else
+			nulls[10] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -530,7 +543,8 @@ owner_datum(const char *data, int len)
 	{
 		unsigned char ch = (unsigned char) data[i];
 
-		if ((ch < 0x20 && ch != '\t') || ch == 0x7F)
+		/* (a newline too: a request to give the lock back is a 2nd line) */
+		if ((ch < 0x20 && ch != '\t' && ch != '\n') || ch == 0x7F)
 			printable = false;
 	}
 
@@ -580,6 +594,54 @@ zk_lock_queue(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * zk_lock_revoke(resource, wait): ask the lock's holders to give it back
+ * (revoke.c); one row per holder asked.
+ */
+Datum
+zk_lock_revoke(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *relpath;
+	int64		wait_ms;
+	ZkvAsked   *asked;
+	int			n;
+
+	(void) resource_arg(fcinfo, &relpath);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("zklock revocation wait must not be null")));
+	wait_ms = timeout_arg(fcinfo, 1);
+	InitMaterializedSRF(fcinfo, 0);
+	asked = zkv_revoke(relpath, wait_ms, &n);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[4];
+		bool		nulls[4] = {0};
+
+		values[0] = CStringGetTextDatum(asked[i].node);
+		values[1] = owner_datum(asked[i].data, asked[i].data_len);
+		if (asked[i].request != NULL)
+			values[2] = CStringGetTextDatum(asked[i].request);
+		else
+			nulls[2] = true;
+		values[3] = CStringGetTextDatum(asked[i].outcome);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* zk_lock_revoked(resource): was a lock of ours on it asked back? */
+Datum
+zk_lock_revoked(PG_FUNCTION_ARGS)
+{
+	char	   *relpath;
+	char	   *res = resource_arg(fcinfo, &relpath);
+
+	PG_RETURN_BOOL(zkv_revoke_requested(res));
 }
 
 /* zk_status(): this backend's ZooKeeper session and lock counters. */

@@ -140,6 +140,7 @@ fetch_part(QueuePart *p, QueueReads *r, ZkqEntry *q, int *k)
 		e->data = zks_get_data(r->gets[base + i], &e->data_len);
 		e->session_id = st.ephemeral_owner;
 		e->czxid = st.czxid;
+		e->version = st.version;
 		e->position = *k + 1;
 		(*k)++;
 	}

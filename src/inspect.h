@@ -23,6 +23,7 @@ typedef struct ZkqEntry
 	char	   *waits_for;		/* node it waits for (NULL if holding) */
 	int64		session_id;		/* ephemeralOwner */
 	int64		czxid;			/* its fencing token */
+	int32		version;		/* of its data, as read */
 } ZkqEntry;
 
 /* The queue of the lock on relpath (under zklock.root), in order. */

@@ -48,6 +48,7 @@
 #include "locktable.h"
 #include "locktable_int.h"
 #include "lookonly.h"
+#include "printable.h"
 #include "session.h"
 #include "stats.h"
 #include "zklock.h"
@@ -237,9 +238,10 @@ zkl_release_if_unused(ZklLock *lock)
 	}
 	/*
 	 * A node of a session that is gone went with it; a node found deleted
-	 * or replaced is not ours to delete.  A lock lost by the clock is
-	 * released like a held one: its session may have lived on (an outage
-	 * of the whole ensemble), and with it the node.
+	 * or replaced is not ours to delete, and one asked back was given back
+	 * when the loss was marked.  A lock lost by the clock is released like
+	 * a held one: its session may have lived on (an outage of the whole
+	 * ensemble), and with it the node.
 	 */
 	else if (!lock->borrowed &&
 			 lock->session_id == zks_session_id() &&
@@ -293,6 +295,17 @@ mark_lost(ZklLock *lock, ZklLost why)
 		n_lost++;
 		lost_entries++;
 		zkst_lost(lock->key.resource, lock->key.mode);
+
+		/*
+		 * Asked back while a statement ran: that statement is canceled
+		 * and nothing runs under the lock any more (every statement is
+		 * refused, the COMMIT fails), so it is given back now, not at the
+		 * acknowledgement of a session-level loss.  (An idle holder's was
+		 * given back by the session layer already; the delete then finds
+		 * nothing.)  Its watch stays: it tells who asked, and when.
+		 */
+		if (why == ZKL_LOST_REVOKED && !lock->borrowed)
+			zks_give_back(lock->node);
 	}
 }
 
@@ -307,20 +320,27 @@ zkl_mark_if_session_lost(ZklLock *lock)
 /*
  * What the backend knows of a lock's loss without asking the ensemble:
  * marked already, its session gone, its node's watch reported the
- * deletion (session_watch.c), or the loss clock ran out since the grant
- * (session_nudge.c).
+ * deletion or gave it back on request (session_watch.c), or the loss
+ * clock ran out since the grant (session_nudge.c).
  */
 static ZklLost
 known_loss(ZklLock *lock)
 {
 	TimestampTz at;
 	int			timeout_ms;
+	ZksWatchState state;
+	ZksRevoke	revoke;
 
 	if (lock->lost != ZKL_LOST_NONE)
 		return lock->lost;
 	if (lock->session_id != zks_session_id() || zks_session_expired())
 		return ZKL_LOST_SESSION;
-	if (zks_watch_state(lock->node) == ZKS_WATCH_DELETED)
+	state = zks_watch_state(lock->node);
+	/* (before the deletion: giving it back deletes it) */
+	if (state != ZKS_WATCH_NONE && zks_watch_revoke(lock->node, &revoke) &&
+		revoke.acted)
+		return ZKL_LOST_REVOKED;
+	if (state == ZKS_WATCH_DELETED)
 		return ZKL_LOST_DELETED;
 	if (zks_clock_losses(&at, &timeout_ms) != lock->clock_seen)
 		return ZKL_LOST_CLOCK;
@@ -844,6 +864,7 @@ zkl_snapshot(int *n)
 	ZklLock    *lock;
 	ZklLockInfo *rows;
 	int			k = 0;
+	ZksRevoke	revoke;
 
 	/* what is gone shows as lost: ask the ensemble if it is at hand */
 	if (have_locks())
@@ -870,13 +891,43 @@ zkl_snapshot(int *n)
 			rows[k].node = pstrdup(lock->node);
 			rows[k].token = lock->token;
 			rows[k].lost = (lock->lost != ZKL_LOST_NONE);
+			rows[k].revoked = (lock->lost == ZKL_LOST_REVOKED);
 			rows[k].max_holders = lock->max_holders;
 			rows[k].since = lock->since;
+			rows[k].revoke_at = 0;
+			rows[k].revoke_by = NULL;
+			if (zks_watch_revoke(lock->node, &revoke) && revoke.requested)
+			{
+				char		by[ZKS_REVOKE_BY_MAX];
+
+				zk_copy_printable(by, sizeof(by), revoke.by, strlen(revoke.by));
+				rows[k].revoke_at = revoke.at;
+				rows[k].revoke_by = pstrdup(by);
+			}
 			k++;
 		}
 	}
 	*n = k;
 	return rows;
+}
+
+int
+zkl_held_nodes(const char *resource, char ***nodes)
+{
+	static const ZkrMode modes[] = {ZKR_MODE_EXCLUSIVE, ZKR_MODE_SHARED,
+	ZKR_MODE_SEMAPHORE};
+	int			n = 0;
+
+	*nodes = palloc(sizeof(char *) * lengthof(modes));
+	for (int i = 0; i < lengthof(modes); i++)
+	{
+		ZklLock    *lock = have_locks() ? zkl_find_lock(resource, modes[i]) : NULL;
+
+		/* (one given back on request is asked about too) */
+		if (lock != NULL)
+			(*nodes)[n++] = pstrdup(lock->node);
+	}
+	return n;
 }
 
 bool

@@ -31,8 +31,12 @@ typedef struct ZklLockInfo
 	char	   *node;
 	int64		token;
 	bool		lost;
+	bool		revoked;		/* lost: asked back and given back */
 	TimestampTz since;
 	int			max_holders;	/* a semaphore's; 0 for a lock */
+	TimestampTz revoke_at;		/* asked back when (0: not asked, or not
+								 * known) ... */
+	char	   *revoke_by;		/* ... and by whom (cleaned), or NULL */
 } ZklLockInfo;
 
 /* Register transaction callbacks and create the table (from _PG_init). */
@@ -81,6 +85,9 @@ extern void zkl_release_all_session(void);
  * a deleted node shows as lost.
  */
 extern ZklLockInfo *zkl_snapshot(int *n);
+
+/* The nodes this backend holds for resource (any mode); palloc'd paths. */
+extern int	zkl_held_nodes(const char *resource, char ***nodes);
 
 /* Counters for zk_status(). */
 typedef struct ZklCounters

@@ -39,9 +39,11 @@ typedef enum ZklLost
 	ZKL_LOST_NONE = 0,
 	ZKL_LOST_SESSION,			/* the session that held the node ended */
 	ZKL_LOST_DELETED,			/* the node was deleted (or replaced) */
-	ZKL_LOST_CLOCK				/* no reply for a session timeout: the
+	ZKL_LOST_CLOCK,				/* no reply for a session timeout: the
 								 * session counts as expired, and may live
 								 * on (session_nudge.c, the loss clock) */
+	ZKL_LOST_REVOKED			/* asked back, and given back
+								 * (zklock.on_revoke = cancel) */
 } ZklLost;
 
 /*

@@ -66,6 +66,7 @@
 extern PGDLLEXPORT Datum zk_locks(PG_FUNCTION_ARGS);
 extern PGDLLEXPORT Datum zk_status(PG_FUNCTION_ARGS);
 extern PGDLLEXPORT Datum zk_lock_queue(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT Datum zk_lock_revoked(PG_FUNCTION_ARGS);
 extern PGDLLEXPORT Datum zk_unlock(PG_FUNCTION_ARGS);
 extern PGDLLEXPORT Datum zk_unlock_shared(PG_FUNCTION_ARGS);
 extern PGDLLEXPORT Datum zk_unlock_all(PG_FUNCTION_ARGS);
@@ -110,7 +111,7 @@ is_inspection(Oid funcid, bool release_ok)
 		return false;
 	fmgr_info(funcid, &fi);
 	if (fi.fn_addr == zk_locks || fi.fn_addr == zk_status ||
-		fi.fn_addr == zk_lock_queue)
+		fi.fn_addr == zk_lock_queue || fi.fn_addr == zk_lock_revoked)
 		return true;
 	return release_ok &&
 		(fi.fn_addr == zk_unlock || fi.fn_addr == zk_unlock_shared ||

@@ -9,8 +9,8 @@
  * level loss, or look at ZooKeeper.  So the error names the lock, says
  * what happened with the time it happened (the session's expiry, seen by
  * the session layer, with how long the connection had been gone before;
- * or when the deletion of the node was noticed), and what to do next for
- * the lock's scope.
+ * or when the deletion of the node was noticed; who asked for it back),
+ * and what to do next for the lock's scope.
  *
  * src/lostreason.c
  *
@@ -22,6 +22,7 @@
 #include "utils/timestamp.h"
 
 #include "locktable_int.h"
+#include "printable.h"
 #include "session.h"
 
 /*
@@ -76,6 +77,9 @@ zkl_report_before(const ZklLock *a, const ZklLock *b)
 static int
 lost_errmsg(ZklLock *lock, int others)
 {
+	if (others == 0 && lock->lost == ZKL_LOST_REVOKED)
+		return errmsg("%s zklock on \"%s\" was revoked",
+					  zkr_mode_name(lock->key.mode), lock->key.resource);
 	if (others == 0)
 		return errmsg("%s zklock on \"%s\" was lost",
 					  zkr_mode_name(lock->key.mode), lock->key.resource);
@@ -84,6 +88,31 @@ lost_errmsg(ZklLock *lock, int others)
 						 others,
 						 zkr_mode_name(lock->key.mode), lock->key.resource,
 						 others);
+}
+
+/*
+ * Who asked for the lock back, and when, as the node's watch read it: a
+ * zklock backend names itself by its owner line, any other client only
+ * by the word it wrote.  Both come from ZooKeeper, so they are cleaned
+ * (printable.h).
+ */
+static int
+revoked_errdetail(ZklLock *lock)
+{
+	ZksRevoke	r;
+	char		by[ZKS_REVOKE_BY_MAX];
+	TimestampTz at;
+
+	if (!zks_watch_revoke(lock->node, &r) || !r.requested)
+		return errdetail("Node \"%s\" was asked back and given back (noticed at %s).",
+						 lock->node, timestamptz_to_str(lock->lost_at));
+	zk_copy_printable(by, sizeof(by), r.by, strlen(r.by));
+	at = r.at != 0 ? r.at : lock->lost_at;
+	if (strncmp(by, "zklock ", 7) == 0)
+		return errdetail("It was asked back at %s by %s; this backend gave node \"%s\" back (zklock.on_revoke is \"cancel\").",
+						 timestamptz_to_str(at), by, lock->node);
+	return errdetail("A client outside PostgreSQL wrote \"%s\" into node \"%s\" at %s; this backend gave the node back (zklock.on_revoke is \"cancel\").",
+					 by, lock->node, timestamptz_to_str(at));
 }
 
 static int
@@ -95,6 +124,8 @@ lost_errdetail(ZklLock *lock)
 		return errdetail("No reply from the ZooKeeper ensemble to session 0x%llx for %.1f s, its session timeout, until %s: the session that held node \"%s\" counts as expired.",
 						 sid, (double) lock->clock_timeout_ms / 1000.0,
 						 timestamptz_to_str(lock->expired_at), lock->node);
+	if (lock->lost == ZKL_LOST_REVOKED)
+		return revoked_errdetail(lock);
 	if (lock->lost == ZKL_LOST_DELETED)
 		return errdetail("Node \"%s\" was deleted from ZooKeeper while the lock was held (noticed at %s).",
 						 lock->node, timestamptz_to_str(lock->lost_at));
@@ -155,6 +186,8 @@ zkl_lost_fields(ZklLock *lock, int others)
 	if (lock->session_count > 0)
 		errhint("Acknowledge the loss with %s(%s) or zk_unlock_all(), then take the lock again; until then every commit of this session fails.",
 				unlock_fn, quote_literal_cstr(lock->key.resource));
+	else if (lock->lost == ZKL_LOST_REVOKED)
+		errhint("Roll back; take the lock again once whoever asked for it is done with it.");
 	else
 		errhint("Roll back and run the transaction again: it takes the lock anew, and another holder may have run meanwhile.");
 	return 0;

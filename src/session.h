@@ -155,6 +155,28 @@ extern bool zks_watch_room(void);
 extern void zks_watch_held(const char *path);
 
 /*
+ * A request to give a held node back (revokeform.c), as its watch read it
+ * from the node's data: whether one came, whether the backend gives the
+ * lock up for it (zklock.on_revoke), when it was written (the server's
+ * clock; 0 if not known) and its words (raw: the requester's
+ * owner line, or Curator's or the recipe's word).  Returns false, with
+ * watched false, for a node not in the table (not watched: ask the node).
+ */
+#define ZKS_REVOKE_BY_MAX 512
+typedef struct ZksRevoke
+{
+	bool		watched;
+	bool		requested;
+	bool		acted;
+	TimestampTz at;
+	char		by[ZKS_REVOKE_BY_MAX];
+} ZksRevoke;
+extern bool zks_watch_revoke(const char *path, ZksRevoke *r);
+
+/* zklock.on_revoke: whether a request cancels (true) or is only shown. */
+extern void zks_revoke_setting(bool cancel);
+
+/*
  * Fail fast (session_cancel.c).  The session layer cancels the running
  * statement when a held node is deleted or the session ends, but only
  * between zks_statement_begin and zks_statement_end (the outermost zklock
@@ -268,6 +290,9 @@ extern void zks_done(ZksRequest *req);
  * there is nothing left to delete.  Never raises ERROR and never waits.
  */
 extern void zks_delete_async(const char *path);
+
+/* The same, keeping the node's watch entry (a lock asked back: its request). */
+extern void zks_give_back(const char *path);
 
 /*
  * Between these two, zks_delete_async() only collects; zks_batch_end()

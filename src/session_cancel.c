@@ -47,6 +47,7 @@
 
 /* Under zks_mutex. */
 static bool cancel_enabled = true;	/* zklock.cancel_on_loss */
+static bool revoke_cancels = true;	/* zklock.on_revoke = cancel */
 static bool in_statement = false;	/* inside a zklock frame */
 static bool cancel_out = false; /* armed, not yet turned into the error */
 static int	holding = 0;		/* lock table entries */
@@ -81,6 +82,35 @@ zksc_loss_locked(void)
 	losses++;
 	if (cancel_enabled && in_statement && !cancel_out)
 		arm_locked();
+}
+
+/*
+ * A held node was asked back (session_watch.c; zks_mutex held, any
+ * thread).  With zklock.on_revoke = cancel the request is a loss, which
+ * cancels the statement running under the lock like any other.  When no
+ * statement runs (the backend idle, idle in a transaction, or between a
+ * statement's start and its executor), the node is given back at once
+ * instead: nothing runs under it, and an idle holder -- a session lock
+ * held for days -- would otherwise never let go.  That is safe because
+ * the backend marks in_statement under this mutex *before* it checks for
+ * losses at a frame's start (failfast.c): either the request is counted
+ * before that check, which then refuses the statement, or the statement
+ * is in its frame and is canceled.  Needs cancel_on_loss too: without
+ * it nothing is canceled or refused, and the node is not watched.
+ */
+ZkscRevoke
+zksc_revoked_locked(void)
+{
+	if (!revoke_cancels || !cancel_enabled || holding == 0)
+		return ZKSC_REVOKE_IGNORED;
+	losses++;
+	if (in_statement)
+	{
+		if (!cancel_out)
+			arm_locked();
+		return ZKSC_REVOKE_CANCELED;
+	}
+	return ZKSC_REVOKE_RELEASE;
 }
 
 /* The session ended (expired, authentication failed): zks_mutex held. */
@@ -151,6 +181,14 @@ zks_cancel_setting(bool enabled)
 		disarm_locked();
 	pthread_mutex_unlock(&zks_mutex);
 	update_clock();
+}
+
+void
+zks_revoke_setting(bool cancel)
+{
+	pthread_mutex_lock(&zks_mutex);
+	revoke_cancels = cancel;
+	pthread_mutex_unlock(&zks_mutex);
 }
 
 void

@@ -561,6 +561,12 @@ zks_delete_async(const char *path)
 	zks_unwatch_node(path);
 	if (batching && collect_delete(path))
 		return;
+	zks_give_back(path);
+}
+
+void
+zks_give_back(const char *path)
+{
 	pthread_mutex_lock(&zks_mutex);
 	if (zh != NULL && !zh_closing)
 		zkt_add_task_locked(path, NULL);

@@ -178,13 +178,35 @@ extern void zkw_session_event_locked(void);
 extern void zkw_forget_all_locked(void);
 
 /* A held node's watch was sent (session_request.c): its outcome. */
-extern void zkw_held_reply_locked(const char *path, int zrc);
+extern void zkw_held_reply_locked(const char *path, int zrc,
+								  const char *value, int value_len,
+								  const struct Stat *stat);
 
 /* Send a held node's data watch; its reply goes to zkw_held_reply_locked. */
 extern void zks_send_held_watch(const char *path);
 
 /* session_cancel.c: a held lock is gone, or the session ended. */
 extern void zksc_loss_locked(void);
+
+/*
+ * A held node was asked back (session_watch.c; zks_mutex held): what the
+ * backend does about it.  RELEASE: the node is to be deleted now, by the
+ * caller, since no statement runs under it.
+ */
+typedef enum ZkscRevoke
+{
+	ZKSC_REVOKE_IGNORED,		/* zklock.on_revoke = ignore: shown only */
+	ZKSC_REVOKE_CANCELED,		/* a loss: the running statement canceled */
+	ZKSC_REVOKE_RELEASE			/* a loss, and no statement runs */
+} ZkscRevoke;
+extern ZkscRevoke zksc_revoked_locked(void);
+
+/*
+ * Read a held node again with a new watch, after its data changed
+ * (session_watch.c; zks_mutex held, any thread).  False if it could not
+ * be sent; the reply comes to zkw_held_reply_locked.
+ */
+extern bool zksr_reread_held_locked(const char *path);
 extern void zksc_session_ended_locked(void);
 
 /*

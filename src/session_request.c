@@ -734,7 +734,7 @@ held_watch_completion(int rc, const char *value, int value_len,
 
 	zkn_answered(rc);
 	pthread_mutex_lock(&zks_mutex);
-	zkw_held_reply_locked(req->path, rc);
+	zkw_held_reply_locked(req->path, rc, value, value_len, stat);
 	unlink_abandoned_locked(req);
 	free_request(req);
 	pthread_mutex_unlock(&zks_mutex);
@@ -779,8 +779,44 @@ zks_send_held_watch(const char *path)
 		unlink_abandoned_locked(req);
 		free_request(req);
 	}
-	zkw_held_reply_locked(path, zrc);
+	zkw_held_reply_locked(path, zrc, NULL, 0, NULL);
 	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * The same read, sent by the session watcher when a held node's data
+ * changed (zks_mutex held, libzookeeper's completion thread: an async
+ * call only queues the request, as the nudge thread's do).
+ */
+bool
+zksr_reread_held_locked(const char *path)
+{
+	ZksRequest *req;
+	int			zrc;
+
+	if (zh == NULL || zh_closing)
+		return false;
+	req = calloc(1, sizeof(ZksRequest));
+	if (req == NULL || (req->path = strdup(path)) == NULL)
+	{
+		free(req);
+		return false;
+	}
+	req->kind = KIND_GET;
+	link_abandoned_locked(req);
+	zrc = zoo_aget(zh, path, 1, held_watch_completion, req);
+	if (zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
+		zkn_sent();
+	if (zrc == ZOK)
+		return true;
+	/* refused before its completion was registered: nobody frees it */
+	if (zrc != ZMARSHALLINGERROR && zrc != ZSYSTEMERROR)
+	{
+		unlink_abandoned_locked(req);
+		free_request(req);
+		return false;
+	}
+	return true;				/* its completion still comes */
 }
 
 ZksRequest *

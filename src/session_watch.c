@@ -30,7 +30,10 @@
  *
  * A node this backend holds keeps its watch while it is held
  * (zks_watch_held), and the watcher reports its deletion as a loss, which
- * cancels the statement running under it (session_cancel.c).
+ * cancels the statement running under it (session_cancel.c).  A change of
+ * its data is read again with a new watch: it may be a request to give
+ * the lock back (revokeform.c), which is recorded here and acted on by
+ * session_cancel.c (zklock.on_revoke).
  *
  * The table is a fixed array of entries whose paths are malloc'd, under
  * zks_mutex: the session watcher (on libzookeeper's completion thread)
@@ -45,7 +48,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "revokeform.h"
 #include "session.h"
 #include "session_int.h"
 
@@ -55,6 +60,13 @@ typedef struct WatchedNode
 	ZksWatchState state;
 	bool		held;			/* a node this backend holds: its deletion
 								 * is a loss (session_cancel.c) */
+	bool		rereading;		/* its data changed: read again, with a
+								 * new watch, and not answered yet */
+	bool		revoke_seen;	/* a request to give it back was read */
+	bool		revoke_acted;	/* ... and it is given back (a loss) */
+	int64		revoke_mtime;	/* when it was written (ms since 1970,
+								 * the server's clock) */
+	char		revoke_by[ZKS_REVOKE_BY_MAX];	/* its words, raw */
 } WatchedNode;
 
 /*
@@ -101,6 +113,7 @@ add_locked(char **copy, bool held)
 {
 	if (*copy == NULL || n_watched >= MAX_WATCHED)
 		return false;
+	memset(&watched[n_watched], 0, sizeof(WatchedNode));
 	watched[n_watched].path = *copy;
 	watched[n_watched].state = ZKS_WATCH_ARMED;
 	watched[n_watched].held = held;
@@ -203,25 +216,83 @@ zks_watch_held(const char *path)
 }
 
 /*
- * The reply to a held node's watch (zks_mutex held; completion thread).
- * A NONODE here needs no sync before it is believed: the getData follows
- * our own create on the same session, so the server answering it has
- * applied that create, and a node it no longer has was deleted since.
+ * A held node's data says it is asked back (zks_mutex held; completion
+ * thread): record the first request, and let session_cancel.c decide
+ * what the backend does about it.  The words are kept raw (bounded); the
+ * backend cleans them before anyone sees them.
+ */
+static void
+revoke_request_locked(int i, const char *value, int value_len,
+					  const struct Stat *stat)
+{
+	const char *by;
+	size_t		by_len;
+
+	if (watched[i].revoke_seen || value == NULL || value_len < 0 ||
+		zkv_parse(value, (size_t) value_len, &by, &by_len) == ZKV_NONE)
+		return;
+	watched[i].revoke_seen = true;
+	watched[i].revoke_mtime = stat != NULL ? stat->mtime : 0;
+	if (by_len >= ZKS_REVOKE_BY_MAX)
+		by_len = ZKS_REVOKE_BY_MAX - 1;
+	memcpy(watched[i].revoke_by, by, by_len);
+	watched[i].revoke_by[by_len] = '\0';
+	switch (zksc_revoked_locked())
+	{
+		case ZKSC_REVOKE_IGNORED:
+			break;
+		case ZKSC_REVOKE_CANCELED:
+			watched[i].revoke_acted = true;
+			break;
+		case ZKSC_REVOKE_RELEASE:
+			/* nothing runs under it: give it back now (session_cancel.c) */
+			watched[i].revoke_acted = true;
+			zkt_add_task_locked(watched[i].path, NULL);
+			break;
+	}
+}
+
+/*
+ * The reply to a held node's watch, or to its re-read after a change
+ * (zks_mutex held; completion thread).  A NONODE here needs no sync
+ * before it is believed: the getData follows our own create on the same
+ * session, so the server answering it has applied that create, and a
+ * node it no longer has was deleted since.  The data may ask for the
+ * lock back.
  */
 void
-zkw_held_reply_locked(const char *path, int zrc)
+zkw_held_reply_locked(const char *path, int zrc, const char *value,
+					  int value_len, const struct Stat *stat)
 {
 	int			i = find_locked(path);
+	bool		reread;
 
-	if (i < 0 || zrc == ZOK || watched[i].state != ZKS_WATCH_ARMED)
+	if (i < 0)
+		return;
+	reread = watched[i].rereading;
+	watched[i].rereading = false;
+	if (zrc == ZOK)
+	{
+		/*
+		 * The re-read's watch is set (a connection lost since would have
+		 * answered otherwise): armed again on this connection.
+		 */
+		if (reread && watched[i].state == ZKS_WATCH_SPENT)
+			watched[i].state = ZKS_WATCH_ARMED;
+		if (watched[i].held)
+			revoke_request_locked(i, value, value_len, stat);
+		return;
+	}
+	if (watched[i].state != ZKS_WATCH_ARMED && !reread)
 		return;
 	if (zrc == ZNONODE)
 	{
-		watched[i].state = ZKS_WATCH_DELETED;
-		if (watched[i].held)
+		if (watched[i].held && watched[i].state != ZKS_WATCH_DELETED &&
+			!watched[i].revoke_acted)
 			zksc_loss_locked();
+		watched[i].state = ZKS_WATCH_DELETED;
 	}
-	else
+	else if (watched[i].state == ZKS_WATCH_ARMED)
 		watched[i].state = ZKS_WATCH_SPENT;
 }
 
@@ -264,12 +335,55 @@ zkw_node_event_locked(int type, const char *path)
 		return;
 	if (type == ZOO_DELETED_EVENT)
 	{
-		if (watched[i].held && watched[i].state != ZKS_WATCH_DELETED)
+		/* (a node given back on request was counted lost then) */
+		if (watched[i].held && watched[i].state != ZKS_WATCH_DELETED &&
+			!watched[i].revoke_acted)
 			zksc_loss_locked();
 		watched[i].state = ZKS_WATCH_DELETED;
 	}
 	else if (watched[i].state == ZKS_WATCH_ARMED)
-		watched[i].state = ZKS_WATCH_SPENT; /* fired: watches no more */
+	{
+		/*
+		 * Fired: watches no more.  A held node's changed data is read
+		 * again with a new watch (a request to give it back, most
+		 * likely: zklock never changes a contender's data).  Spent until
+		 * that read is answered: a deletion meanwhile would reach no
+		 * watch, so a sync alone must not confirm the node.
+		 */
+		watched[i].state = ZKS_WATCH_SPENT;
+		if (watched[i].held && type == ZOO_CHANGED_EVENT &&
+			!watched[i].rereading)
+			watched[i].rereading = zksr_reread_held_locked(watched[i].path);
+	}
+}
+
+bool
+zks_watch_revoke(const char *path, ZksRevoke *r)
+{
+	int			i;
+	int64		mtime = 0;
+
+	memset(r, 0, sizeof(ZksRevoke));
+	pthread_mutex_lock(&zks_mutex);
+	i = find_locked(path);
+	if (i >= 0)
+	{
+		r->watched = true;
+		r->requested = watched[i].revoke_seen;
+		r->acted = watched[i].revoke_acted;
+		mtime = watched[i].revoke_mtime;
+		memcpy(r->by, watched[i].revoke_by, ZKS_REVOKE_BY_MAX);
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	if (mtime > 0)
+	{
+		struct timespec ts;
+
+		ts.tv_sec = (time_t) (mtime / 1000);
+		ts.tv_nsec = (long) (mtime % 1000) * 1000000;
+		r->at = zks_timespec_to_timestamptz(&ts);
+	}
+	return i >= 0;
 }
 
 /* The session watcher, for a session event (zks_mutex held). */

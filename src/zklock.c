@@ -72,6 +72,21 @@ assign_cancel_on_loss(bool newval, void *extra)
 	zks_cancel_setting(newval);
 }
 
+/* zklock.on_revoke */
+static int	zklock_on_revoke = ZKLOCK_ON_REVOKE_CANCEL;
+
+static const struct config_enum_entry on_revoke_options[] = {
+	{"cancel", ZKLOCK_ON_REVOKE_CANCEL, false},
+	{"ignore", ZKLOCK_ON_REVOKE_IGNORE, false},
+	{NULL, 0, false}
+};
+
+static void
+assign_on_revoke(int newval, void *extra)
+{
+	zks_revoke_setting(newval == ZKLOCK_ON_REVOKE_CANCEL);
+}
+
 static void
 assign_zookeeper_log_level(int newval, void *extra)
 {
@@ -439,6 +454,20 @@ _PG_init(void)
 							 PGC_USERSET,
 							 0,
 							 NULL, assign_cancel_on_loss, NULL);
+
+	/*
+	 * Per role, database or session too: a job that must end cleanly
+	 * asks zk_lock_revoked() at its own checkpoints instead.
+	 */
+	DefineCustomEnumVariable("zklock.on_revoke",
+							 "What a held zklock lock does when another client asks for it back.",
+							 "cancel: the lock is given back, and the statement running under it ends with SQLSTATE 40001, as for a lost lock (needs zklock.cancel_on_loss); ignore: the request is only shown, by zk_locks and zk_lock_revoked().",
+							 &zklock_on_revoke,
+							 ZKLOCK_ON_REVOKE_CANCEL,
+							 on_revoke_options,
+							 PGC_USERSET,
+							 0,
+							 NULL, assign_on_revoke, NULL);
 
 	DefineCustomEnumVariable("zklock.protocol",
 							 "Node-name layout of new lock nodes, for the clients that share the locks.",

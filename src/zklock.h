@@ -22,4 +22,11 @@ extern int	zklock_reply_nudge_delay;	/* ms; 0: off (session_nudge.c) */
 extern bool zklock_session_locks;	/* off: session scope refused (lockrequest.c) */
 extern bool zklock_cancel_on_loss;	/* a loss cancels the statement (failfast.c) */
 
+/* zklock.on_revoke: what a held lock does when asked back (session_watch.c) */
+typedef enum ZklockOnRevoke
+{
+	ZKLOCK_ON_REVOKE_CANCEL,
+	ZKLOCK_ON_REVOKE_IGNORE
+} ZklockOnRevoke;
+
 #endif							/* ZKLOCK_H */

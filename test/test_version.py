@@ -1,7 +1,7 @@
 """
 Upgrades (issue 42, point 1): which zklock library a backend runs against
 the extension's version (zk_version, 1.7), and ALTER EXTENSION zklock
-UPDATE from every released version to the newest (1.8).
+UPDATE from every released version to the newest (1.9).
 
 This module starts two clusters of its own on the suite's ZooKeeper: one
 that preloads zklock (shared_preload_libraries), one that does not.  The
@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OTHER = '9.9-test'
 VERSION_SQL = ('SELECT library_version, extension_version, default_version, '
                'preloaded, library_replaced, pending FROM zk_version')
-VERSIONS = ['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7']
+VERSIONS = ['1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8']
 
 
 def module_setup(ctx):
@@ -128,15 +128,17 @@ def test_replaced_library_shows_restart_then_update(ctx):
         d.close()
 
 
-def test_update_from_every_version_to_1_8(ctx):
+def test_update_from_every_version_to_1_9(ctx):
     """ALTER EXTENSION zklock UPDATE from every released version gives the
-    functions and views of a fresh 1.8 install (failed_tries at the end of
-    both statistics views, zk_version, zk_waits (1.7), zk_sessions (1.8)),
-    keeps the grants given on zk_stat_locks and zk_stat_cluster (function
-    and view, with their grant option); the new objects are for
-    pg_read_all_stats only; the older statistics views keep reading on the
-    1.8 library until the update; after it, zk_version shows nothing
-    pending."""
+    functions and views of a fresh 1.9 install (failed_tries at the end of
+    both statistics views, zk_version, zk_waits (1.7), zk_sessions (1.8),
+    zk_lock_revoke and zk_lock_revoked, zk_locks' two revocation columns
+    (1.9)), keeps the grants given on zk_stat_locks and zk_stat_cluster
+    (function and view, with their grant option) and on zk_locks; the
+    monitoring objects are for pg_read_all_stats only, the revocation
+    functions for nobody until granted; the older statistics views and
+    zk_locks keep reading on the 1.9 library until the update; after it,
+    zk_version shows nothing pending."""
     pg = ctx.shared.pre
     now = control_version()
     role, mon = 'zklock_v17_viewer', 'zklock_v17_monitor'
@@ -182,10 +184,16 @@ def test_update_from_every_version_to_1_8(ctx):
                               ('zk_sessions', rel_acl, 'SELECT')):
             got = fresh.scalar(q, [name])
             assert got == ['pg_read_all_stats:%s:false' % priv], (name, got)
+        for name in ('zk_lock_revoke(text,interval)',
+                     'zk_lock_revoked(text)'):
+            assert fresh.scalar(fn_acl, [name]) is None, name
         for v in VERSIONS:
             db = dbs[v]
             pg.psql("CREATE EXTENSION zklock VERSION '%s'" % v, dbname=db)
-            stats = v in ('1.5', '1.6', '1.7')
+            stats = v in ('1.5', '1.6', '1.7', '1.8')
+            # zk_locks' grants survive its re-creation (1.2 and 1.9)
+            pg.psql('GRANT SELECT ON zk_locks TO %s; GRANT EXECUTE ON '
+                    'FUNCTION zk_locks() TO %s' % (role, role), dbname=db)
             if stats:
                 for o in ('zk_stat_locks', 'zk_stat_cluster'):
                     pg.psql('GRANT EXECUTE ON FUNCTION %s() TO %s WITH '
@@ -194,11 +202,16 @@ def test_update_from_every_version_to_1_8(ctx):
             upd = ctx.backend('v17-upd', cluster=pg, dbname=db)
             backends.append(upd)
             before = {}
+            # zk_locks of every version reads on the 1.9 library
+            upd.query('SELECT * FROM zk_locks')
+            for o, q in (('zk_locks()', fn_acl), ('zk_locks', rel_acl)):
+                before[o] = (q, upd.scalar(q, [o]))
+                assert role + ':' in str(before[o][1]), (v, o, before)
             if stats:
-                # the older functions on the 1.8 library, before the
+                # the older functions on the 1.9 library, before the
                 # update (failed_tries came in 1.7)
                 assert len(upd.query('SELECT * FROM zk_stat_cluster')[0]) \
-                    == (16 if v == '1.7' else 15), v
+                    == (16 if v in ('1.7', '1.8') else 15), v
                 upd.query('SELECT * FROM zk_stat_locks')
                 for o, q in (('zk_stat_locks()', fn_acl),
                              ('zk_stat_cluster()', fn_acl),
@@ -213,6 +226,9 @@ def test_update_from_every_version_to_1_8(ctx):
             assert upd.query(views) == want_views, v
             for o, (q, b) in before.items():
                 assert upd.scalar(q, [o]) == b, (v, o)
+            for name in ('zk_lock_revoke(text,interval)',
+                         'zk_lock_revoked(text)'):
+                assert upd.scalar(fn_acl, [name]) is None, (v, name)
             assert upd.query(VERSION_SQL) == \
                 [(now, now, now, True, False, None)], v
             upd.query('SET ROLE %s' % mon)

@@ -15,6 +15,13 @@
  *       InterProcessSemaphoreV2 of N leases, on <lock path>; blocks until
  *       acquired (timeout < 0: no timeout).
  *       -> "acquired <lock node path>" (a lease: its node name) or "timeout"
+ *   acquire-revocable mutex|write|read <lock path> <timeout ms>
+ *       the same lock made revocable (InterProcessMutex.makeRevocable:
+ *       its node is created with empty data, and a request written into
+ *       it, "__REVOKE__", calls the listener).  The listener only hands
+ *       the request to the main thread, which releases that lock and
+ *       answers "revoked released" -- unasked, as Curator's own test does.
+ *       -> "acquired <lock node path>" or "timeout"
  *   release             releases the most recently acquired lock or lease
  *       -> "released"
  *   quit                closes the ZooKeeper session at once, even while an
@@ -53,6 +60,8 @@ public final class LockPeer
 {
     private static PrintStream out;
     private static CuratorFramework client;
+    /* the revocable lock whose holder was asked to give it back */
+    private static volatile InterProcessMutex revocable;
 
     private static synchronized void answer(String line)
     {
@@ -157,7 +166,18 @@ public final class LockPeer
                     else
                         answer("timeout");
                 }
-                else if (w[0].equals("acquire") && w.length == 4)
+                else if (w[0].equals("__revoked__"))
+                {
+                    /* from the revocation listener (Curator's thread) */
+                    if (revocable != null && held.remove(revocable))
+                    {
+                        revocable.release();
+                        revocable = null;
+                        answer("revoked released");
+                    }
+                }
+                else if ((w[0].equals("acquire") ||
+                          w[0].equals("acquire-revocable")) && w.length == 4)
                 {
                     InterProcessMutex lock;
                     switch (w[1])
@@ -174,6 +194,14 @@ public final class LockPeer
                         default:
                             answer("error unknown lock kind " + w[1]);
                             continue;
+                    }
+                    if (w[0].equals("acquire-revocable"))
+                    {
+                        final InterProcessMutex mine = lock;
+                        lock.makeRevocable(forLock -> {
+                            revocable = mine;
+                            commands.offer("__revoked__");
+                        });
                     }
                     long ms = Long.parseLong(w[3]);
                     boolean got;

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "recipe.h"
+#include "revokeform.h"
 #include "statevict.h"
 #include "waitgraph.h"
 
@@ -2001,6 +2002,81 @@ test_statevict(void)
 	   "evict bound: k clamped to 1..n");
 }
 
+/*
+ * Revocation requests (revokeform.c): the bare words of Curator and the
+ * recipe only when they are the whole data, zklock's form only as the
+ * second line of a zklock owner line; the form built keeps the owner's
+ * first line and drops any older request.
+ */
+static void
+test_revoke_forms(void)
+{
+	const char *owner = "zklock host=db1 port=5432 sysid=1 start=2 pid=42 db=x role=r application_name=job";
+	char		buf[512];
+	char		built[512];
+	const char *by;
+	size_t		by_len;
+	size_t		n;
+
+	ok(zkv_parse("__REVOKE__", 10, &by, &by_len) == ZKV_CURATOR &&
+	   by_len == 10, "revoke: Curator's word");
+	ok(zkv_parse("unlock", 6, &by, &by_len) == ZKV_RECIPE && by_len == 6,
+	   "revoke: the recipe's word");
+	ok(zkv_parse("__REVOKE__x", 11, &by, &by_len) == ZKV_NONE,
+	   "revoke: a longer word is no request");
+	ok(zkv_parse("unloc", 5, &by, &by_len) == ZKV_NONE,
+	   "revoke: a shorter word is no request");
+	ok(zkv_parse("", 0, &by, &by_len) == ZKV_NONE,
+	   "revoke: empty data (a revocable Curator node) is no request");
+	ok(zkv_parse(NULL, 0, &by, &by_len) == ZKV_NONE,
+	   "revoke: no data is no request");
+	ok(zkv_parse(owner, strlen(owner), &by, &by_len) == ZKV_NONE,
+	   "revoke: an owner line alone is no request");
+
+	n = zkv_build(owner, strlen(owner), "zklock host=db2 pid=7", built,
+				  sizeof(built));
+	ok(n == strlen(owner) + 1 + 7 + 21 && strlen(built) == n,
+	   "revoke: the zklock form is the owner line, a newline, the request");
+	ok(strncmp(built, owner, strlen(owner)) == 0 &&
+	   built[strlen(owner)] == '\n', "revoke: the owner line stays first");
+	ok(zkv_parse(built, n, &by, &by_len) == ZKV_ZKLOCK &&
+	   by_len == 21 && memcmp(by, "zklock host=db2 pid=7", 21) == 0,
+	   "revoke: the zklock form parses back to its requester");
+
+	/* a second request replaces the first, on the same owner line */
+	n = zkv_build(built, n, "zklock host=db3 pid=8", buf, sizeof(buf));
+	ok(n == strlen(owner) + 1 + 7 + 21 &&
+	   zkv_parse(buf, n, &by, &by_len) == ZKV_ZKLOCK &&
+	   memcmp(by, "zklock host=db3 pid=8", 21) == 0,
+	   "revoke: a request built on a requested node names the new requester");
+
+	ok(zkv_build("10.0.0.1", 8, "x", buf, sizeof(buf)) == 0,
+	   "revoke: no zklock form for a node without an owner line");
+	ok(zkv_build(owner, strlen(owner), "a\nb", buf, sizeof(buf)) == 0,
+	   "revoke: a requester with a newline is refused");
+	ok(zkv_build(owner, strlen(owner), "x", buf, 20) == 0,
+	   "revoke: a form that does not fit is refused");
+	ok(zkv_parse("zklock a\nrevoke", 15, &by, &by_len) == ZKV_NONE,
+	   "revoke: a cut second line is no request");
+	ok(zkv_parse("zklock a\nrevoke \nmore", 22, &by, &by_len) == ZKV_ZKLOCK &&
+	   by_len == 0, "revoke: the requester ends at its line's end");
+	ok(zkv_parse("zklock a\nrevoked x", 18, &by, &by_len) == ZKV_NONE,
+	   "revoke: another second line is no request");
+
+	ok(strcmp(zkv_word_for_node("_c_" UUID1 "-__WRIT__0000000001"),
+			  ZKV_CURATOR_WORD) == 0, "revoke: Curator's write lock");
+	ok(strcmp(zkv_word_for_node("_c_" UUID1 "-lock-0000000001"),
+			  ZKV_CURATOR_WORD) == 0, "revoke: Curator's mutex");
+	ok(strcmp(zkv_word_for_node("leases/_c_" UUID1 "-lease-0000000001"),
+			  ZKV_CURATOR_WORD) == 0, "revoke: Curator's lease");
+	ok(strcmp(zkv_word_for_node(HEX32 "__lock__0000000001"),
+			  ZKV_RECIPE_WORD) == 0, "revoke: kazoo's lock");
+	ok(strcmp(zkv_word_for_node(HEX32 "__rlock__0000000001"),
+			  ZKV_RECIPE_WORD) == 0, "revoke: kazoo's read lock");
+	ok(strcmp(zkv_word_for_node(HEX32), ZKV_RECIPE_WORD) == 0,
+	   "revoke: kazoo's lease");
+}
+
 int
 main(void)
 {
@@ -2017,6 +2093,7 @@ main(void)
 	test_waitgraph();
 	test_semaphores();
 	test_statevict();
+	test_revoke_forms();
 
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)
