@@ -25,6 +25,11 @@ and its cluster, default settings (zklock.cancel_on_loss on) unless said:
      0.2 ms meanwhile.  200 transaction losses and 100 session losses
      (QUICK 20 and 10).
 
+     The same with the request of zk_lock_revoke(name) in place of the
+     delete, made by a second backend of the cluster (t0 = its return:
+     the sync, the queue read and the versioned write done): 200 (QUICK
+     20), the holder with zklock.on_revoke at its default, cancel.
+
   2. Partition -> error.  A backend whose zklock.hosts is a TCP proxy
      (test/lib/zkproxy.py) to one server, zklock.session_timeout 4 s,
      takes a transaction lock and sleeps as above.  t0: the proxy is
@@ -57,7 +62,8 @@ and its cluster, default settings (zklock.cancel_on_loss on) unless said:
      node's watch and, with that watch, the commit check needs a sync
      alone instead of sync + exists.
 
-Targets (issue 39): deletion -> error p99 <= 50 ms; partition -> error
+Targets (issue 39): deletion -> error p99 <= 50 ms; zk_lock_revoke ->
+error p99 <= 50 ms; partition -> error
 <= session timeout + 500 ms; a lock cycle with cancel_on_loss on within
 2 % of off (the pooled overhead's upper 95 % bound).
 
@@ -89,9 +95,10 @@ ERROR_WAIT_S = 30           # at most this long for a holder's error
 PHASE_BUDGET_S = 600        # each phase stops starting runs after this
 
 LOSSES = [
-    # (key, label, session-level, runs (full), runs (QUICK))
-    ('xact', 'transaction lock', False, 200, 20),
-    ('session', 'session-level lock', True, 100, 10),
+    # (key, label, session-level, runs (full), runs (QUICK), how)
+    ('xact', 'transaction lock', False, 200, 20, 'delete'),
+    ('session', 'session-level lock', True, 100, 10, 'delete'),
+    ('revoke', 'transaction lock, asked back', False, 200, 20, 'revoke'),
 ]
 PARTITIONS = (20, 3)
 COST_SECS = (12, 5)         # the mixed run per round (full, QUICK)
@@ -122,15 +129,15 @@ class Statement:
             return
         self.t1 = time.monotonic_ns()
 
-    def result(self, timeout, what):
-        """The 40001 of a lost lock, or raise."""
+    def result(self, timeout, what, expect='was lost'):
+        """The 40001 of a lost (or revoked) lock, or raise."""
         self.thread.join(timeout)
         if self.thread.is_alive():
             raise RuntimeError('%s: no error %d s after the loss' % (what, timeout))
         e = self.error
         if e is None:
             raise RuntimeError('%s: the statement ended without an error' % what)
-        if e.pgcode != '40001' or 'was lost' not in (e.diag.message_primary or ''):
+        if e.pgcode != '40001' or expect not in (e.diag.message_primary or ''):
             raise RuntimeError('%s: %s %s, not the loss\'s 40001'
                                % (what, e.pgcode, str(e).strip()))
         return e
@@ -172,9 +179,12 @@ def q(xs):
 # 1. deletion -> error
 # ---------------------------------------------------------------------------
 
-def losses(bench, kz, session, runs, tag):
+def losses(bench, kz, session, runs, tag, how='delete'):
     """t1 - t0 in ms of every loss, t1 - (the delete's request) in ms; the
-    errors of runs that failed."""
+    errors of runs that failed.  how 'revoke': instead of the delete,
+    another backend calls zk_lock_revoke(name) (t0 = its return)."""
+    asker = bench.pg.connect(application_name='bench-failfast-asker') \
+        if how == 'revoke' else None
     conn = bench.pg.connect(application_name='bench-failfast-holder')
     cur = conn.cursor()
     pid = conn.get_backend_pid()
@@ -202,9 +212,17 @@ def losses(bench, kz, session, runs, tag):
                 st = Statement(conn, 'SELECT pg_sleep(%d)' % STMT_S)
                 wait_sleeping(bench.monitor, pid)
                 t_req = time.monotonic_ns()
-                kz.delete(node)
+                if asker is None:
+                    kz.delete(node)
+                else:
+                    with asker.cursor() as acur:
+                        acur.execute('SELECT outcome FROM zk_lock_revoke(%s)', [name])
+                        outcome = acur.fetchall()
+                    if outcome != [('requested',)]:
+                        raise RuntimeError('zk_lock_revoke said %r' % outcome)
                 t0 = time.monotonic_ns()
-                st.result(ERROR_WAIT_S, 'loss %d' % i)
+                st.result(ERROR_WAIT_S, 'loss %d' % i,
+                          'was lost' if asker is None else 'was revoked')
                 ms.append((st.t1 - t0) / 1e6)
                 ms_req.append((st.t1 - t_req) / 1e6)
             except Exception as e:      # noqa: BLE001 (a failed loss is a finding)
@@ -230,6 +248,8 @@ def losses(bench, kz, session, runs, tag):
     finally:
         sys.setswitchinterval(switch)
         conn.close()
+        if asker is not None:
+            asker.close()
     return ms, ms_req, errors
 
 
@@ -402,10 +422,10 @@ def run(bench):
         # the library loaded first: its settings exist from then on
         res['cancel_on_loss'] = bench.pg.psql(
             "LOAD 'zklock'; SHOW zklock.cancel_on_loss").split()[-1]
-        for key, label, session, full, short in LOSSES:
+        for key, label, session, full, short, how in LOSSES:
             runs = short if quick else full
             t = time.monotonic()
-            ms, ms_req, errors = losses(bench, kz, session, runs, tag)
+            ms, ms_req, errors = losses(bench, kz, session, runs, tag, how)
             res['delete_' + key] = dict(q(ms) or {'n': 0}, label=label, runs=runs,
                                         from_request=q(ms_req),
                                         ms=[round(x, 3) for x in ms],
@@ -455,8 +475,9 @@ def targets(res):
     for key, label, *_ in LOSSES:
         x = ff.get('delete_' + key)
         if x and x.get('n'):
-            out.append(('fail fast: node deleted -> holder\'s 40001, %s, p99 <= %.0f ms'
-                        % (label, TARGET_P99_MS), x['p99'], x['p99'] <= TARGET_P99_MS))
+            out.append(('fail fast: node %s -> holder\'s 40001, %s, p99 <= %.0f ms'
+                        % ('asked back' if key == 'revoke' else 'deleted', label,
+                           TARGET_P99_MS), x['p99'], x['p99'] <= TARGET_P99_MS))
     p = ff.get('partition') or {}
     if p.get('error'):
         bound = p['negotiated_ms'] / 1000.0 + TARGET_PARTITION_S
@@ -484,15 +505,18 @@ def report(res, L):
              '(zklock.cancel_on_loss %s). zklock.so %s.'
              % (ff.get('zk_servers', 3), ff.get('cancel_on_loss', '?'), ff.get('so_md5_start')))
     L.append('')
-    L.append('**A held node deleted.** A holder backend takes a lock on a name never used '
-             'before and runs `SELECT pg_sleep(60)`; once it sleeps, a kazoo client deletes '
-             'its node. t0 = the delete\'s reply at the deleter, t1 = the holder\'s psycopg2 '
-             'error (each checked: 40001 "... was lost"); both taken in this one Python '
-             'process (its thread switch interval lowered to 0.2 ms). Milliseconds, nearest '
-             'rank. The minimum can be below zero: a server sends the watch event before it '
-             'replies to the delete, and the holder and the deleter may be connected to '
-             'different servers. The last columns time the error from the delete\'s request '
-             'instead (its fsynced round trip included): the true figure lies between the two.')
+    L.append('**A held node deleted, or asked back.** A holder backend takes a lock on a '
+             'name never used before and runs `SELECT pg_sleep(60)`; once it sleeps, a kazoo '
+             'client deletes its node (or, "asked back", another backend of the cluster calls '
+             '`zk_lock_revoke(name)`, which syncs, reads the queue and writes the request). '
+             't0 = the delete\'s reply at the deleter (`zk_lock_revoke`\'s return), t1 = the '
+             'holder\'s psycopg2 error (each checked: 40001 "... was lost", "... was '
+             'revoked"); both taken in this one Python process (its thread switch interval '
+             'lowered to 0.2 ms). Milliseconds, nearest rank. The minimum can be below zero: a '
+             'server sends the watch event before it replies to the write, and the holder and '
+             'the writer may be connected to different servers. The last columns time the '
+             'error from the request instead (the delete\'s fsynced round trip, or the whole '
+             '`zk_lock_revoke` call, included): the true figure lies between the two.')
     L.append('')
     L.append('| lock | losses | p50 | p99 | p99.9 | max | min | target p99 <= %.0f ms | '
              'from the request: p50 | p99 | max |' % TARGET_P99_MS)

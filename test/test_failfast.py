@@ -37,10 +37,13 @@ TIMEOUT = 120
 NOTICE_S = 5.0
 
 
-def hold(ctx, name, res, session=False):
+def hold(ctx, name, res, session=False, protocol=None):
     """A backend holding res exclusively (in a transaction unless
-    session), and the node it holds."""
+    session; in the node layout of zklock.protocol, if given), and the
+    node it holds."""
     b = ctx.backend(name)
+    if protocol:
+        b.query("SET zklock.protocol = '%s'" % protocol)
     if session:
         token_of(b.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 10)
     else:

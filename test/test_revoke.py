@@ -26,6 +26,7 @@ import re
 import time
 
 from harness import wait_until
+from test_failfast import hold
 from test_interop import CuratorPeer
 from test_lockloss import TS, ack_hint, assert_lost
 from test_multisession import LOCK_X, LONG, expect_sqlstate, token_of
@@ -56,21 +57,6 @@ def by_word_detail(word, node):
     return (r'A client outside PostgreSQL wrote "%s" into node "%s" at %s; '
             r'this backend gave the node back \(zklock\.on_revoke is '
             r'"cancel"\)\.' % (re.escape(word), re.escape(node), TS))
-
-
-def hold(ctx, name, res, session=False, protocol=None):
-    """A backend holding res exclusively (in a transaction unless
-    session), and the node it holds."""
-    b = ctx.backend(name)
-    if protocol:
-        b.query("SET zklock.protocol = '%s'" % protocol)
-    if session:
-        token_of(b.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 10)
-    else:
-        b.query('BEGIN')
-        token_of(b.submit(LOCK_X, [res, LONG]), 10)
-    [node] = ctx.zi.wait_contenders(res, 1)
-    return b, node
 
 
 def watched(ctx, path):
