@@ -68,6 +68,16 @@ def lose_while(ctx, b, node, sql, what, args=None):
     return e
 
 
+def main_thread_wakeups(pid):
+    """How often a backend's own thread (not libzookeeper's) gave up the
+    processor waiting: it grows when the backend wakes from a wait."""
+    with open('/proc/%d/task/%d/status' % (pid, pid)) as f:
+        for line in f:
+            if line.startswith('voluntary_ctxt_switches:'):
+                return int(line.split()[1])
+    raise AssertionError('no voluntary_ctxt_switches for %d' % pid)
+
+
 def lost_msg(res):
     return 'exclusive zklock on "%s" was lost' % res
 
@@ -430,8 +440,16 @@ def test_cancel_for_a_lock_released_meanwhile_is_still_a_loss(ctx):
                and a.scalar("SELECT query FROM pg_stat_activity WHERE pid "
                             "= %s", [b.pid]).startswith('COPY'),
                10, 'COPY waiting for its data')
+    woke = main_thread_wakeups(b.pid)
     ctx.kz.delete(node.path)
     watch_fired(ctx, node.path)
+    # The row must come after the backend took the notification in (the
+    # cancel armed): else the DEFAULT's unlock forgets the node first and
+    # the loss is rightly never heard of (seen under a loaded machine).
+    # The session watcher sets the backend's latch after every event, so
+    # the backend's own thread, asleep in ClientRead, wakes only then.
+    wait_until(lambda: main_thread_wakeups(b.pid) > woke, 10,
+               'the backend woken by the deletion\'s notification')
     go.set()
     t.join(30)
     e = box.get('e')
