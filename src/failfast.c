@@ -110,6 +110,21 @@ zkff_frame_pop(void)
 }
 
 /*
+ * The frame ended without an error.  A loss whose cancel came too late to
+ * be raised (the statement ended first) is taken in now: a lock asked
+ * back goes back at once, not at the next statement or the transaction's
+ * end, which an idle holder may never reach.  (Not on the error path: the
+ * abort takes it in.)
+ */
+void
+zkff_frame_end(void)
+{
+	zkff_frame_pop();
+	if (frame_depth == 0 && zklock_cancel_on_loss)
+		(void) zkl_any_loss();
+}
+
+/*
  * Before a statement's executor starts, and before each run of it (a
  * portal's later Execute or FETCH runs with no new start).  Refuses it
  * after a known loss unless it cannot act under the lock; returns whether
@@ -120,7 +135,11 @@ zkff_frame_pop(void)
 bool
 zkff_statement_start(PlannedStmt *stmt)
 {
-	bool		cancellable = zkff_cancellable(stmt);
+	bool		cancellable;
+
+	/* first, so that no lock is given back behind the look below */
+	zks_xact_busy();
+	cancellable = zkff_cancellable(stmt);
 
 	/* (losses are taken in for a look too: zk_status() counts them) */
 	if (zklock_cancel_on_loss && zkl_any_loss() && cancellable)
@@ -141,6 +160,8 @@ bool
 zkff_utility_start(Node *parsetree)
 {
 	bool		exempt;
+
+	zks_xact_busy();
 
 	if (!zklock_cancel_on_loss || !zkl_have_locks())
 		return true;

@@ -22,6 +22,8 @@
  */
 extern void zkff_frame_push(ErrorContextCallback *cb, bool cancellable);
 extern void zkff_frame_pop(void);
+/* zkff_frame_pop on the normal exit, taking in a loss noticed meanwhile */
+extern void zkff_frame_end(void);
 
 /*
  * Before a statement (and each run of its executor), or a utility

@@ -614,6 +614,7 @@ zk_lock_revoke(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("zklock revocation wait must not be null")));
+	/* (-1: 'infinity', waited for until released or canceled) */
 	wait_ms = timeout_arg(fcinfo, 1);
 	InitMaterializedSRF(fcinfo, 0);
 	asked = zkv_revoke(relpath, wait_ms, &n);

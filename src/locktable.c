@@ -42,6 +42,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "acquire.h"
 #include "callorder.h"
 #include "commitcheck.h"
 #include "cursessions.h"
@@ -521,6 +522,13 @@ verify_before_commit(void)
 	int			others = 0;
 	ZksRc		rc = ZKS_OK;
 
+	/*
+	 * What the session layer knows already (a watch saw the node go, or
+	 * it was given back on request), also with the check off: code that
+	 * ran at COMMIT outside any statement (deferred triggers) ran under
+	 * a lock that may be gone.
+	 */
+	(void) zkl_fold_losses(NULL);
 	if (zklock_verify_at_commit)
 		rc = confirm_held_nodes(
 			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
@@ -637,6 +645,8 @@ zkl_xact_callback(XactEvent event, void *arg)
 			 * of this transaction in between.
 			 */
 			zks_cancel_disarm();
+			/* between transactions: a lock asked back may go at once */
+			zks_xact_idle();
 			break;
 		default:
 			break;
@@ -778,7 +788,7 @@ zkl_new_entry(const char *resource, ZkrMode mode, const char *parent,
 	 */
 	if (!borrowed && zklock_cancel_on_loss &&
 		hash_get_num_entries(lock_table) <= ZKC_MULTI_CHECK_MIN)
-		zks_watch_held(node);
+		zks_watch_held(node, zka_owner_line());
 	return lock;
 }
 

@@ -44,6 +44,33 @@ static int	ask_holders(ZkqEntry *q, int nq, const char *path, int64 me,
 static void wait_rounds(ZkvAsked *asked, char **paths, ZksRequest **reqs,
 						int n, TimestampTz deadline);
 
+static const char *ask_again(const char *path, ZkvAsked *a,
+							 ZksRequest **slot);
+
+/*
+ * Read a node's data (data not NULL), or sync path; the request is handed
+ * back however the wait ends.
+ */
+static ZksRc
+read_or_sync(const char *path, char **data, int *len)
+{
+	ZksRequest *req = data != NULL ? zks_send_get(path) : zks_send_sync(path);
+	volatile ZksRc rc = ZKS_ERROR;
+
+	PG_TRY();
+	{
+		rc = zks_wait(req, 0);
+		if (rc == ZKS_OK && data != NULL)
+			*data = zks_get_data(req, len);
+	}
+	PG_FINALLY();
+	{
+		zks_done(req);
+	}
+	PG_END_TRY();
+	return rc;
+}
+
 static const char *
 outcome_of(ZksRc rc)
 {
@@ -64,7 +91,8 @@ outcome_of(ZksRc rc)
 
 /*
  * What to write into a holder's node, or NULL when the node already asks
- * (then *request says in whose words).
+ * (then *request says in whose words) or its holder has no revocation
+ * (*request NULL).
  */
 static char *
 request_for(const ZkqEntry *e, const char **request, int *len)
@@ -94,8 +122,46 @@ request_for(const ZkqEntry *e, const char **request, int *len)
 		return out;
 	}
 	*request = zkv_word_for_node(e->node);
+	if (*request == NULL)
+		return NULL;			/* no revocation in its protocol */
 	*len = (int) strlen(*request);
 	return pstrdup(*request);
+}
+
+/*
+ * The node changed between the read and the write (another request, most
+ * likely): read it once more and ask again, in the words it now needs.
+ * The request in flight sits in *slot, for the caller's clean-up.
+ */
+static const char *
+ask_again(const char *path, ZkvAsked *a, ZksRequest **slot)
+{
+	ZkqEntry	e = {0};
+	ZksStat		st;
+	ZksRc		rc;
+	char	   *data;
+	int			len = 0;
+
+	*slot = zks_send_get(path);
+	rc = zks_wait(*slot, 0);
+	if (rc == ZKS_OK)
+	{
+		zks_get_stat(*slot, &st);
+		e.node = (char *) path;
+		e.data = zks_get_data(*slot, &e.data_len);
+	}
+	zks_done(*slot);
+	*slot = NULL;
+	if (rc != ZKS_OK)
+		return outcome_of(rc);
+	data = request_for(&e, &a->request, &len);
+	if (data == NULL)
+		return a->request != NULL ? "already requested" : "not revocable";
+	*slot = zks_send_set(path, data, len, st.version);
+	rc = zks_wait(*slot, 0);
+	zks_done(*slot);
+	*slot = NULL;
+	return outcome_of(rc);
 }
 
 /*
@@ -176,10 +242,8 @@ zkv_revoke(const char *relpath, int64 wait_ms, int *n)
 
 	(void) zks_connect(!zkl_have_locks(), 0);
 	{
-		ZksRequest *sync = zks_send_sync(path);
-		ZksRc		rc = zks_wait(sync, 0);
+		ZksRc		rc = read_or_sync(path, NULL, NULL);
 
-		zks_done(sync);
 		if (rc != ZKS_OK && rc != ZKS_NONODE)
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -207,8 +271,8 @@ zkv_revoke(const char *relpath, int64 wait_ms, int *n)
 		if (asked[i].request == NULL)
 			paths[i] = NULL;
 
-	if (wait_ms > 0)
-		wait_released(asked, paths, k,
+	if (wait_ms != 0)
+		wait_released(asked, paths, k, wait_ms < 0 ? 0 :
 					  TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms));
 	*n = k;
 	return asked;
@@ -246,18 +310,23 @@ ask_holders(ZkqEntry *q, int nq, const char *path, int64 me,
 		paths[k] = psprintf("%s/%s", path, q[i].node);
 		data = request_for(&q[i], &asked[k].request, &len);
 		if (data == NULL)
-			asked[k].outcome = "already requested";
+			asked[k].outcome = asked[k].request != NULL ?
+				"already requested" : "not revocable";
 		else
 			sets[k] = zks_send_set(paths[k], data, len, q[i].version);
 		k++;
 	}
 	for (int i = 0; i < k; i++)
 	{
+		ZksRc		rc;
+
 		if (sets[i] == NULL)
 			continue;
-		asked[i].outcome = outcome_of(zks_wait(sets[i], 0));
+		rc = zks_wait(sets[i], 0);
 		zks_done(sets[i]);
 		sets[i] = NULL;
+		asked[i].outcome = rc == ZKS_BADVERSION ?
+			ask_again(paths[i], &asked[i], &sets[i]) : outcome_of(rc);
 		if (strcmp(asked[i].outcome, "denied") == 0)
 			ereport(WARNING,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -284,25 +353,22 @@ zkv_revoke_requested(const char *resource)
 
 		if (zks_watch_revoke(nodes[i], &r) && r.requested)
 			requested = true;
-		else if (!r.watched)
+		else if (!r.watched || zks_watch_state(nodes[i]) != ZKS_WATCH_ARMED)
 		{
-			/* not watched (beyond the first locks, or cancel_on_loss off) */
-			ZksRequest *get;
-			ZksRc		rc;
+			/*
+			 * Not watched (beyond the first locks, or cancel_on_loss
+			 * off), or its watch not set on this connection: the node
+			 * itself tells.
+			 */
+			char	   *data;
+			int			len;
 			const char *by;
 			size_t		by_len;
 
 			(void) zks_connect(false, 0);
-			get = zks_send_get(nodes[i]);
-			rc = zks_wait(get, 0);
-			if (rc == ZKS_OK)
-			{
-				int			len;
-				char	   *data = zks_get_data(get, &len);
-
-				requested = zkv_parse(data, (size_t) len, &by, &by_len) != ZKV_NONE;
-			}
-			zks_done(get);
+			if (read_or_sync(nodes[i], &data, &len) == ZKS_OK)
+				requested = zkv_parse(data, (size_t) len, &by,
+									  &by_len) != ZKV_NONE;
 		}
 	}
 	return requested;

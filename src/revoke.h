@@ -28,7 +28,8 @@ typedef struct ZkvAsked
 /*
  * Ask every current holder of the lock on relpath (zk_lock_queue's
  * judgement) to give it back, in the words its layout understands; with
- * wait_ms > 0, wait that long for them to go.  Returns the holders asked.
+ * wait_ms > 0, wait that long for them to go (-1: until they go, or the
+ * call is canceled).  Returns the holders asked.
  */
 extern ZkvAsked *zkv_revoke(const char *relpath, int64 wait_ms, int *n);
 

@@ -95,23 +95,23 @@ zkv_build(const char *data, size_t len, const char *requester,
 }
 
 /*
- * kazoo's lock nodes carry "__lock__" or "__rlock__" in their names, its
- * semaphore leases are named by a 32-digit hex identifier.  kazoo has no
- * revocation; "unlock" is what the recipe it follows would write.  Every
- * other layout is Curator's.  name may be a path: its last part counts.
+ * Only Curator's lock nodes ("__WRIT__", "__READ__", "lock-"): a lock
+ * made revocable gives itself up on "__REVOKE__".  Curator's semaphore
+ * leases carry their holder's own data and have no revocation; kazoo has
+ * none at all, and reads its nodes' data as their holders' names
+ * (contenders(), lease_holders()), which a word written over them would
+ * replace.  name may be a path: its last part counts.
  */
 const char *
 zkv_word_for_node(const char *name)
 {
 	const char *last = strrchr(name, '/');
-	size_t		n = 0;
 
 	last = last != NULL ? last + 1 : name;
 	if (strstr(last, "__lock__") != NULL || strstr(last, "__rlock__") != NULL)
-		return ZKV_RECIPE_WORD;
-	while ((last[n] >= '0' && last[n] <= '9') || (last[n] >= 'a' && last[n] <= 'f'))
-		n++;
-	if (n == 32 && last[n] == '\0')
-		return ZKV_RECIPE_WORD;
-	return ZKV_CURATOR_WORD;
+		return NULL;
+	if (strstr(last, "__WRIT__") != NULL || strstr(last, "__READ__") != NULL ||
+		strstr(last, "-lock-") != NULL || strncmp(last, "lock-", 5) == 0)
+		return ZKV_CURATOR_WORD;
+	return NULL;
 }

@@ -53,7 +53,10 @@ extern ZkvForm zkv_parse(const char *data, size_t len, const char **by,
 extern size_t zkv_build(const char *data, size_t len, const char *requester,
 						char *out, size_t outlen);
 
-/* The word a holder of that kind of node understands, by node name. */
+/*
+ * The word a holder of that kind of node (by its name) gives it up for,
+ * or NULL if it has none (kazoo's nodes, semaphore leases).
+ */
 extern const char *zkv_word_for_node(const char *name);
 
 #endif							/* ZKLOCK_REVOKEFORM_H */

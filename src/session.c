@@ -192,7 +192,7 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 		zk_state = state;
 		state_counter++;
 		zksl_session_event_locked(h, state);
-		zkw_session_event_locked();
+		zkw_session_event_locked(state);
 		zkx_session_event_locked(h, state, &zks_unreachable_at);
 		if (state == ZOO_CONNECTED_STATE)
 			zks_unreachable_at.tv_sec = 0;

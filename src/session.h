@@ -150,9 +150,11 @@ extern bool zks_watch_room(void);
  * watch if one is armed, else a new one, sent without waiting for its
  * reply), so that its deletion cancels the statement running under it
  * (session_cancel.c).  Never raises; with the table full the node is
- * simply not watched, and its loss is found at COMMIT as before.
+ * simply not watched, and its loss is found at COMMIT as before.  owner
+ * is the data the node was created with (its owner line): a request
+ * written over it is put back under it (session_watch.c).
  */
-extern void zks_watch_held(const char *path);
+extern void zks_watch_held(const char *path, const char *owner);
 
 /*
  * A request to give a held node back (revokeform.c), as its watch read it
@@ -193,6 +195,13 @@ extern void zks_cancel_setting(bool enabled);
 extern void zks_note_holding(int entries);
 extern uint64 zks_loss_count(void);
 extern void zks_statement_begin(void);
+/*
+ * A transaction starts running something (zks_xact_busy, before the
+ * statement's look for losses) and ends (zks_xact_idle): a lock asked
+ * back is given back at once only between transactions.
+ */
+extern void zks_xact_busy(void);
+extern void zks_xact_idle(void);
 extern void zks_statement_end(void);
 extern void zks_cancel_disarm(void);
 extern bool zks_cancel_take(void);

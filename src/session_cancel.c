@@ -49,6 +49,7 @@
 static bool cancel_enabled = true;	/* zklock.cancel_on_loss */
 static bool revoke_cancels = true;	/* zklock.on_revoke = cancel */
 static bool in_statement = false;	/* inside a zklock frame */
+static bool xact_busy = false;	/* a transaction has run something */
 static bool cancel_out = false; /* armed, not yet turned into the error */
 static int	holding = 0;		/* lock table entries */
 static uint64 losses = 0;		/* losses noticed by the session layer */
@@ -87,16 +88,23 @@ zksc_loss_locked(void)
 /*
  * A held node was asked back (session_watch.c; zks_mutex held, any
  * thread).  With zklock.on_revoke = cancel the request is a loss, which
- * cancels the statement running under the lock like any other.  When no
- * statement runs (the backend idle, idle in a transaction, or between a
- * statement's start and its executor), the node is given back at once
- * instead: nothing runs under it, and an idle holder -- a session lock
- * held for days -- would otherwise never let go.  That is safe because
- * the backend marks in_statement under this mutex *before* it checks for
- * losses at a frame's start (failfast.c): either the request is counted
- * before that check, which then refuses the statement, or the statement
- * is in its frame and is canceled.  Needs cancel_on_loss too: without
- * it nothing is canceled or refused, and the node is not watched.
+ * cancels the statement running under the lock like any other.
+ *
+ * Between transactions the node is given back at once instead: nothing
+ * runs under it, and an idle holder -- a session lock held for days --
+ * would otherwise never let go.  That is safe because every transaction
+ * marks itself busy, under this mutex, at its first statement's executor
+ * or utility start, *before* it looks for losses there (failfast.c), and
+ * only its end clears the mark: either the request is counted before that
+ * look, which then refuses the statement, or the transaction is busy.
+ * Inside a transaction and outside a frame -- idle in it, between one
+ * statement's executor and the next, running deferred triggers or
+ * PL/pgSQL expressions at COMMIT, which pass no hook -- code may run under
+ * the lock, so the node is kept: the loss refuses the next statement and
+ * the COMMIT, and the node goes when the loss is taken in (the next
+ * frame's end or start, the transaction's end).  Needs cancel_on_loss
+ * too: without it nothing is canceled or refused, and the node is not
+ * watched.
  */
 ZkscRevoke
 zksc_revoked_locked(void)
@@ -110,7 +118,7 @@ zksc_revoked_locked(void)
 			arm_locked();
 		return ZKSC_REVOKE_CANCELED;
 	}
-	return ZKSC_REVOKE_RELEASE;
+	return xact_busy ? ZKSC_REVOKE_NOTED : ZKSC_REVOKE_RELEASE;
 }
 
 /* The session ended (expired, authentication failed): zks_mutex held. */
@@ -231,7 +239,36 @@ zks_statement_begin(void)
 {
 	pthread_mutex_lock(&zks_mutex);
 	in_statement = true;
+	xact_busy = true;
 	pthread_mutex_unlock(&zks_mutex);
+}
+
+/*
+ * The transaction runs something (an executor or utility start): no idle
+ * give-back until it ends.  A backend-local copy spares the mutex after
+ * the first statement.
+ */
+static bool busy_here = false;
+
+void
+zks_xact_busy(void)
+{
+	if (busy_here)
+		return;
+	pthread_mutex_lock(&zks_mutex);
+	xact_busy = true;
+	pthread_mutex_unlock(&zks_mutex);
+	busy_here = true;
+}
+
+/* The transaction ended (after its locks were released). */
+void
+zks_xact_idle(void)
+{
+	pthread_mutex_lock(&zks_mutex);
+	xact_busy = false;
+	pthread_mutex_unlock(&zks_mutex);
+	busy_here = false;
 }
 
 /*

@@ -174,7 +174,7 @@ extern void zksl_handle_closed(void);
 
 /* session_watch.c, from the session watcher and close_handle */
 extern void zkw_node_event_locked(int type, const char *path);
-extern void zkw_session_event_locked(void);
+extern void zkw_session_event_locked(int state);
 extern void zkw_forget_all_locked(void);
 
 /* A held node's watch was sent (session_request.c): its outcome. */
@@ -196,6 +196,9 @@ extern void zksc_loss_locked(void);
 typedef enum ZkscRevoke
 {
 	ZKSC_REVOKE_IGNORED,		/* zklock.on_revoke = ignore: shown only */
+	ZKSC_REVOKE_NOTED,			/* a loss, given back when the
+								 * transaction's next statement or its end
+								 * takes it in */
 	ZKSC_REVOKE_CANCELED,		/* a loss: the running statement canceled */
 	ZKSC_REVOKE_RELEASE			/* a loss, and no statement runs */
 } ZkscRevoke;
@@ -207,6 +210,14 @@ extern ZkscRevoke zksc_revoked_locked(void);
  * be sent; the reply comes to zkw_held_reply_locked.
  */
 extern bool zksr_reread_held_locked(const char *path);
+
+/*
+ * Write a held node's data back to its owner line with the request as
+ * its second line, if its version is still version (zks_mutex held, any
+ * thread; not waited for).
+ */
+extern bool zksr_rewrite_locked(const char *path, const char *owner,
+								const char *request, int version);
 extern void zksc_session_ended_locked(void);
 
 /*

@@ -25,6 +25,7 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
+#include "revokeform.h"
 #include "session.h"
 #include "session_int.h"
 #include "zklock.h"
@@ -781,6 +782,31 @@ zks_send_held_watch(const char *path)
 	}
 	zkw_held_reply_locked(path, zrc, NULL, 0, NULL);
 	pthread_mutex_unlock(&zks_mutex);
+}
+
+/* The reply to a rewrite: nobody waits for it. */
+static void
+rewrite_completion(int rc, const struct Stat *stat, const void *data)
+{
+	zkn_answered(rc);
+}
+
+bool
+zksr_rewrite_locked(const char *path, const char *owner, const char *request,
+					int version)
+{
+	char		buf[ZKS_REVOKE_BY_MAX + 4096];
+	size_t		len = zkv_build(owner, strlen(owner), request, buf, sizeof(buf));
+	int			zrc;
+
+	if (len == 0 || zh == NULL || zh_closing)
+		return false;
+	/* (a newer version: someone wrote since, and is heard of in turn) */
+	zrc = zoo_aset(zh, path, buf, (int) len, version, rewrite_completion,
+				   NULL);
+	if (zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
+		zkn_sent();
+	return zrc == ZOK;
 }
 
 /*

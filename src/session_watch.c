@@ -62,6 +62,10 @@ typedef struct WatchedNode
 								 * is a loss (session_cancel.c) */
 	bool		rereading;		/* its data changed: read again, with a
 								 * new watch, and not answered yet */
+	bool		reread_owed;	/* that read was lost with the connection:
+								 * sent again at the next one */
+	char	   *owner;			/* a held node's data as we wrote it
+								 * (malloc'd; NULL if unknown) */
 	bool		revoke_seen;	/* a request to give it back was read */
 	bool		revoke_acted;	/* ... and it is given back (a loss) */
 	int64		revoke_mtime;	/* when it was written (ms since 1970,
@@ -79,6 +83,8 @@ typedef struct WatchedNode
 
 static WatchedNode watched[MAX_WATCHED];
 static int	n_watched = 0;
+
+static void reread_locked(int i);
 
 static int
 find_locked(const char *path)
@@ -101,6 +107,7 @@ static void
 remove_locked(int i)
 {
 	free(watched[i].path);
+	free(watched[i].owner);
 	watched[i] = watched[--n_watched];
 }
 
@@ -188,15 +195,26 @@ zks_watch_reply(const char *path, ZksRc rc)
  * its loss at COMMIT.
  */
 void
-zks_watch_held(const char *path)
+zks_watch_held(const char *path, const char *owner)
 {
 	char	   *copy = strdup(path);
+	char	   *owner_copy = owner != NULL ? strdup(owner) : NULL;
 	bool		send = false;
 	int			i;
 
 	pthread_mutex_lock(&zks_mutex);
 	i = find_locked(path);
-	if (i >= 0)
+	if (i < 0 && add_locked(&copy, true))
+	{
+		i = n_watched - 1;
+		send = true;
+	}
+	if (i >= 0 && watched[i].owner == NULL)
+	{
+		watched[i].owner = owner_copy;
+		owner_copy = NULL;
+	}
+	if (i >= 0 && !send)
 	{
 		watched[i].held = true;
 		if (watched[i].state == ZKS_WATCH_DELETED)
@@ -207,10 +225,9 @@ zks_watch_held(const char *path)
 			send = true;
 		}
 	}
-	else
-		send = add_locked(&copy, true);
 	pthread_mutex_unlock(&zks_mutex);
 	free(copy);
+	free(owner_copy);
 	if (send)
 		zks_send_held_watch(path);
 }
@@ -227,9 +244,12 @@ revoke_request_locked(int i, const char *value, int value_len,
 {
 	const char *by;
 	size_t		by_len;
+	ZkvForm		form;
 
-	if (watched[i].revoke_seen || value == NULL || value_len < 0 ||
-		zkv_parse(value, (size_t) value_len, &by, &by_len) == ZKV_NONE)
+	if (watched[i].revoke_seen || value == NULL || value_len < 0)
+		return;
+	form = zkv_parse(value, (size_t) value_len, &by, &by_len);
+	if (form == ZKV_NONE)
 		return;
 	watched[i].revoke_seen = true;
 	watched[i].revoke_mtime = stat != NULL ? stat->mtime : 0;
@@ -240,7 +260,21 @@ revoke_request_locked(int i, const char *value, int value_len,
 	switch (zksc_revoked_locked())
 	{
 		case ZKSC_REVOKE_IGNORED:
+			/*
+			 * Kept: a bare word (Curator's, the recipe's) took the place
+			 * of the owner line, which other backends read to name the
+			 * holder and to find it in the deadlock search.  Put the
+			 * line back, the word as its request, if nobody changed the
+			 * node since (the version read).
+			 */
+			if (form != ZKV_ZKLOCK && watched[i].owner != NULL &&
+				stat != NULL)
+				(void) zksr_rewrite_locked(watched[i].path,
+										   watched[i].owner,
+										   watched[i].revoke_by,
+										   stat->version);
 			break;
+		case ZKSC_REVOKE_NOTED:
 		case ZKSC_REVOKE_CANCELED:
 			watched[i].revoke_acted = true;
 			break;
@@ -281,6 +315,12 @@ zkw_held_reply_locked(const char *path, int zrc, const char *value,
 			watched[i].state = ZKS_WATCH_ARMED;
 		if (watched[i].held)
 			revoke_request_locked(i, value, value_len, stat);
+		return;
+	}
+	if (reread && zrc != ZNONODE)
+	{
+		/* a change not read: read it once connected again */
+		watched[i].reread_owed = true;
 		return;
 	}
 	if (watched[i].state != ZKS_WATCH_ARMED && !reread)
@@ -341,20 +381,34 @@ zkw_node_event_locked(int type, const char *path)
 			zksc_loss_locked();
 		watched[i].state = ZKS_WATCH_DELETED;
 	}
-	else if (watched[i].state == ZKS_WATCH_ARMED)
+	else
 	{
 		/*
 		 * Fired: watches no more.  A held node's changed data is read
 		 * again with a new watch (a request to give it back, most
-		 * likely: zklock never changes a contender's data).  Spent until
-		 * that read is answered: a deletion meanwhile would reach no
-		 * watch, so a sync alone must not confirm the node.
+		 * likely: zklock never changes a contender's data), in whatever
+		 * state a reconnect left the entry (libzookeeper set the watch
+		 * again on the new connection, and it fired).  Spent until that
+		 * read is answered: a deletion meanwhile would reach no watch,
+		 * so a sync alone must not confirm the node.
 		 */
-		watched[i].state = ZKS_WATCH_SPENT;
-		if (watched[i].held && type == ZOO_CHANGED_EVENT &&
-			!watched[i].rereading)
-			watched[i].rereading = zksr_reread_held_locked(watched[i].path);
+		if (watched[i].state == ZKS_WATCH_ARMED)
+			watched[i].state = ZKS_WATCH_SPENT;
+		if (watched[i].held && type == ZOO_CHANGED_EVENT)
+			reread_locked(i);
 	}
+}
+
+/* Read a held node again, unless a read is on its way (zks_mutex held). */
+static void
+reread_locked(int i)
+{
+	if (watched[i].rereading || watched[i].state == ZKS_WATCH_DELETED)
+		return;
+	watched[i].reread_owed = false;
+	watched[i].rereading = zksr_reread_held_locked(watched[i].path);
+	if (!watched[i].rereading)
+		watched[i].reread_owed = true;
 }
 
 bool
@@ -386,13 +440,22 @@ zks_watch_revoke(const char *path, ZksRevoke *r)
 	return i >= 0;
 }
 
-/* The session watcher, for a session event (zks_mutex held). */
+/*
+ * The session watcher, for a session event (zks_mutex held).  Connected
+ * again: the reads of changed held nodes that the lost connection took
+ * with it are sent now (their watches' events are not sent again).
+ */
 void
-zkw_session_event_locked(void)
+zkw_session_event_locked(int state)
 {
 	for (int i = 0; i < n_watched; i++)
+	{
 		if (watched[i].state == ZKS_WATCH_ARMED)
 			watched[i].state = ZKS_WATCH_SPENT;
+		if (state == ZOO_CONNECTED_STATE && watched[i].reread_owed &&
+			watched[i].held)
+			reread_locked(i);
+	}
 }
 
 /* The handle is closed (zks_mutex held): every watch went with it. */

@@ -254,7 +254,7 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	zkff_frame_pop();
+	zkff_frame_end();
 
 	/* after it succeeded: DISCARD ALL refuses to run in a transaction */
 	if (IsA(parsetree, DiscardStmt) &&
@@ -320,7 +320,7 @@ zklock_executor_run(ZK_EXECUTOR_RUN_PARAMS)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	zkff_frame_pop();
+	zkff_frame_end();
 	zkl_callbacks_first();
 }
 
@@ -349,7 +349,7 @@ zklock_executor_finish(QueryDesc *queryDesc)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	zkff_frame_pop();
+	zkff_frame_end();
 }
 
 /*

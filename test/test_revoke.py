@@ -5,11 +5,13 @@ zk_lock_revoke(resource, wait) writes a request into the node of each
 current holder of the lock, in the words that holder understands: a
 zklock holder's owner line gets a second line naming the requester, a
 Curator holder gets "__REVOKE__" (what Curator's Revoker writes; a lock
-made revocable gives itself up), a kazoo holder "unlock" (the recipe's
-word; kazoo does not act on it).  A zklock holder with zklock.on_revoke =
+made revocable gives itself up); kazoo holders and semaphore leases of
+other clients have no revocation and are not written ("not revocable").  A zklock holder with zklock.on_revoke =
 cancel (the default) gives the lock back: the statement running under it
-ends with 40001 "was revoked" naming the requester; an idle holder's node
-is deleted at once, and its next statement is refused.  With
+ends with 40001 "was revoked" naming the requester; a holder idle
+between transactions has its node deleted at once, and its next
+statement is refused; one idle in a transaction, or running code at
+COMMIT, keeps the node until its transaction ends, which fails.  With
 zklock.on_revoke = ignore the request is only shown: zk_lock_revoked(),
 zk_locks' revoke_requested_at and revoke_requested_by, zk_lock_queue's
 owner.  Nobody may revoke unless granted EXECUTE; with zklock.auth_file
@@ -128,30 +130,96 @@ def test_revoked_session_lock(ctx):
 
 
 def test_idle_holder_gives_back_at_once(ctx):
-    """An idle holder (a session lock in autocommit; a transaction-level
-    lock idle in its transaction) runs nothing under the lock: its node is
-    deleted as soon as the request is read, with no statement of its own;
-    its next statement is refused (the session lock until acknowledged),
-    the idle transaction's COMMIT fails."""
-    for session in (True, False):
-        res = 'rv-idle/%s' % ('session' if session else 'xact')
-        h, node = hold(ctx, 'rv-h-idle', res, session=session)
+    """A holder idle between transactions (a session lock in autocommit)
+    runs nothing under the lock: its node is deleted as soon as the
+    request is read, with no statement of its own, and its next statement
+    is refused until it acknowledges.  A holder idle *in* a transaction
+    keeps the node (code may run under the lock at any statement or at
+    COMMIT without any hook, deferred triggers say): still held; its
+    COMMIT fails with the revocation, and the node goes with the
+    transaction."""
+    res = 'rv-idle/session'
+    h, node = hold(ctx, 'rv-h-idle', res, session=True)
+    watched(ctx, node.path)
+    t0 = time.monotonic()
+    rows = ctx.backend('rv-asker-i').query(REVOKE, [res, '10 seconds'])
+    took = time.monotonic() - t0
+    assert rows == [(node.name, 'zklock', 'released')], rows
+    assert took < NOTICE_S, took
+    e = expect_sqlstate(h.submit('SELECT pg_sleep(0)'), '40001', 10,
+                        'the idle holder\'s next statement')
+    assert e.diag.message_primary == revoked_msg(res), str(e)
+    assert h.scalar('SELECT zk_unlock(%s)', [res]) is True
+    assert h.scalar('SELECT 1') == 1
+
+    res = 'rv-idle/xact'
+    h, node = hold(ctx, 'rv-h-idle-x', res)
+    watched(ctx, node.path)
+    rows = ctx.backend('rv-asker-ix').query(REVOKE, [res, '1 second'])
+    assert rows == [(node.name, 'zklock', 'still held')], rows
+    e = expect_sqlstate(h.submit('COMMIT'), '40001', 10, 'the COMMIT')
+    assert e.diag.message_primary == revoked_msg(res), str(e)
+    ctx.zi.wait_contenders(res, 0)
+    assert h.scalar('SELECT 1') == 1
+
+
+def test_revoked_during_commit_commits_nothing(ctx):
+    """A request that arrives while the COMMIT runs a deferred trigger
+    (PL/pgSQL expressions only: no executor, no statement frame): the
+    node is not given back under the running trigger, and the COMMIT is
+    refused with the revocation -- also with zklock.verify_at_commit off,
+    which asks the ensemble nothing.  The row is not there."""
+    a = ctx.admin
+    a.query('DROP TABLE IF EXISTS rv_deferred')
+    a.query('CREATE TABLE rv_deferred (x int)')
+    a.query("""CREATE OR REPLACE FUNCTION rv_slow() RETURNS trigger
+               LANGUAGE plpgsql AS $$
+               DECLARE v text;
+               BEGIN v := pg_sleep(3)::text; RETURN NULL; END $$""")
+    a.query('CREATE CONSTRAINT TRIGGER rv_slow AFTER INSERT ON rv_deferred '
+            'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW '
+            'EXECUTE FUNCTION rv_slow()')
+    res = 'rv-deferred'
+    h, node = hold(ctx, 'rv-h-deferred', res)
+    h.query('SET zklock.verify_at_commit = off')
+    watched(ctx, node.path)
+    h.query('INSERT INTO rv_deferred VALUES (1)')
+    fut = h.submit('COMMIT')
+    wait_until(lambda: a.scalar("SELECT wait_event FROM pg_stat_activity "
+                                "WHERE pid = %s", [h.pid]) == 'PgSleep',
+               10, 'the deferred trigger sleeping in the COMMIT')
+    rows = ctx.backend('rv-asker-d').query(REVOKE, [res, '1 second'])
+    assert rows == [(node.name, 'zklock', 'still held')], rows
+    e = expect_sqlstate(fut, '40001', 30, 'the COMMIT')
+    assert e.diag.message_primary == revoked_msg(res), str(e)
+    assert a.scalar('SELECT count(*) FROM rv_deferred') == 0
+    ctx.zi.wait_contenders(res, 0)
+
+
+def test_request_after_a_reconnect(ctx):
+    """The holder's connection to ZooKeeper breaks and comes back (the
+    session lives on): a request written afterwards is still heard
+    (libzookeeper set the node's watch again on the new connection) and
+    acted on."""
+    from test_outage import Cut
+    res = 'rv-reconnect'
+    with Cut(ctx, 'rv-reconnect') as cut:
+        h = cut.backend('rv-h-reconnect')
+        token_of(h.submit('SELECT zk_session_lock_exclusive(%s)', [res]), 10)
+        [node] = ctx.zi.wait_contenders(res, 1)
         watched(ctx, node.path)
-        t0 = time.monotonic()
-        rows = ctx.backend('rv-asker-i').query(REVOKE, [res, '10 seconds'])
-        took = time.monotonic() - t0
+        sid = h.scalar('SELECT session_id FROM zk_status()')
+        cut.proxy.drop_all()
+        wait_until(lambda: len([c for c in cut.proxy.connections()
+                                if not c.ended]) >= 1 and
+                   h.scalar('SELECT state FROM zk_status()') == 'connected',
+                   20, 'the holder connected again')
+        assert h.scalar('SELECT session_id FROM zk_status()') == sid
+        watched(ctx, node.path)
+        rows = ctx.backend('rv-asker-r').query(REVOKE, [res, '10 seconds'])
         assert rows == [(node.name, 'zklock', 'released')], rows
-        assert took < NOTICE_S, took
-        # (the refused statement aborts the idle transaction: its COMMIT
-        # is asked first)
-        e = expect_sqlstate(h.submit('SELECT pg_sleep(0)' if session
-                                     else 'COMMIT'), '40001', 10,
-                            'the idle holder\'s next statement')
-        assert e.diag.message_primary == revoked_msg(res), str(e)
-        if session:
-            assert h.scalar('SELECT zk_unlock(%s)', [res]) is True
-        assert h.scalar('SELECT 1') == 1
-        h.close()
+        assert h.scalar('SELECT zk_lock_revoked(%s)', [res]) is True
+        assert h.scalar('SELECT zk_unlock(%s)', [res]) is True
 
 
 def test_on_revoke_ignore_only_shows(ctx):
@@ -199,6 +267,26 @@ def test_on_revoke_ignore_only_shows(ctx):
     assert b.scalar('SELECT zk_unlock(%s)', [res]) is True
 
 
+def test_word_under_ignore_keeps_the_owner_line(ctx):
+    """Curator's word written over an ignoring holder's node: the holder
+    puts its owner line back, the word as the request's second line, so
+    other backends still name it (wait logs, the deadlock search)."""
+    res = 'rv-word-ignore'
+    h, node = hold(ctx, 'rv-h-wordign', res)
+    h.query("SET zklock.on_revoke = 'ignore'")
+    watched(ctx, node.path)
+    before = ctx.kz.get(node.path)[0]
+    ctx.kz.set(node.path, b'__REVOKE__')
+    wait_until(lambda: ctx.kz.get(node.path)[0] ==
+               before + b'\nrevoke __REVOKE__', 10,
+               'the owner line put back under the request')
+    assert h.scalar('SELECT zk_lock_revoked(%s)', [res]) is True
+    assert h.scalar('SELECT revoke_requested_by FROM zk_locks') == \
+        '__REVOKE__'
+    h.query('COMMIT')
+    ctx.zi.wait_contenders(res, 0)
+
+
 def test_words_of_other_clients(ctx):
     """Curator's Revoker writes "__REVOKE__" into the holder's node, the
     recipe "unlock": a zklock holder gives the lock back for either, and
@@ -222,9 +310,9 @@ def test_words_of_other_clients(ctx):
 def test_curator_and_kazoo_holders(ctx):
     """A real Curator holder made revocable (InterProcessReadWriteLock's
     write lock) gets "__REVOKE__" and releases: the revoker reports
-    "released" and a zklock waiter gets the lock.  A kazoo holder gets
-    "unlock", which kazoo does not act on: "still held", and it keeps the
-    lock."""
+    "released" and a zklock waiter gets the lock.  A kazoo holder has no
+    revocation and reads its node's data as its holder's name: nothing is
+    written ("not revocable"), and it keeps the lock."""
     res = 'rv-curator'
     path = ctx.zi.parent_path(res)
     peer = CuratorPeer(ctx, 'rv-cur')
@@ -251,8 +339,9 @@ def test_curator_and_kazoo_holders(ctx):
     try:
         [node] = ctx.zi.wait_contenders(res, 1)
         rows = ctx.backend('rv-asker-k').query(REVOKE, [res, '1 second'])
-        assert rows == [(node.name, 'unlock', 'still held')], rows
-        assert ctx.kz.get(node.path)[0] == b'unlock'
+        assert rows == [(node.name, None, 'not revocable')], rows
+        assert ctx.kz.get(node.path)[0] == b'kazoo-holder'
+        assert lock.contenders() == ['kazoo-holder']
         assert lock.is_acquired
     finally:
         lock.release()

@@ -2067,14 +2067,15 @@ test_revoke_forms(void)
 			  ZKV_CURATOR_WORD) == 0, "revoke: Curator's write lock");
 	ok(strcmp(zkv_word_for_node("_c_" UUID1 "-lock-0000000001"),
 			  ZKV_CURATOR_WORD) == 0, "revoke: Curator's mutex");
-	ok(strcmp(zkv_word_for_node("leases/_c_" UUID1 "-lease-0000000001"),
-			  ZKV_CURATOR_WORD) == 0, "revoke: Curator's lease");
-	ok(strcmp(zkv_word_for_node(HEX32 "__lock__0000000001"),
-			  ZKV_RECIPE_WORD) == 0, "revoke: kazoo's lock");
-	ok(strcmp(zkv_word_for_node(HEX32 "__rlock__0000000001"),
-			  ZKV_RECIPE_WORD) == 0, "revoke: kazoo's read lock");
-	ok(strcmp(zkv_word_for_node(HEX32), ZKV_RECIPE_WORD) == 0,
-	   "revoke: kazoo's lease");
+	ok(zkv_word_for_node("leases/_c_" UUID1 "-lease-0000000001") == NULL,
+	   "revoke: no word for Curator's lease (no revocation)");
+	ok(zkv_word_for_node(HEX32 "__lock__0000000001") == NULL,
+	   "revoke: no word for kazoo's lock (no revocation)");
+	ok(zkv_word_for_node(HEX32 "__rlock__0000000001") == NULL,
+	   "revoke: no word for kazoo's read lock");
+	ok(zkv_word_for_node(HEX32) == NULL, "revoke: no word for kazoo's lease");
+	ok(strcmp(zkv_word_for_node("/locks/x/_c_" UUID1 "-__READ__0000000007"),
+			  ZKV_CURATOR_WORD) == 0, "revoke: Curator's read lock, by path");
 }
 
 int
