@@ -96,11 +96,11 @@ def test_unpreloaded_functions_fail_55000(ctx):
 
 WAITS_SQL = ('SELECT pid, database, resource, mode, since, timeout, '
              'deadline FROM zk_waits WHERE resource = %s')
-# README's exporter query for the longest wait in progress
+# the manual's (doc/04-operations.md) exporter query for the longest wait in progress
 LONGEST_SQL = ('SELECT count(*) AS waiting, coalesce(max(extract(epoch FROM '
                'clock_timestamp() - since)), 0) AS longest_wait_seconds '
                'FROM zk_waits')
-# README's query of the zklock waits alone, on every major
+# the manual's query of the zklock waits alone, on every major
 ALONE_SQL = ('SELECT a.pid, a.wait_event_type, a.wait_event, w.resource '
              'FROM zk_waits w JOIN pg_stat_activity a USING (pid)')
 
@@ -109,8 +109,8 @@ def test_current_waits_shown_while_they_last(ctx):
     """zk_waits (1.7) shows a wait in progress: the waiter's pid, database,
     lock, mode, start time (after the call was sent, before it was read),
     timeout and deadline (the call's start plus its timeout; none without
-    one); README's exporter query gives its age as the longest wait and
-    README's query of zklock waits finds it in pg_stat_activity, and only
+    one); the manual's exporter query gives its age as the longest wait and
+    the manual's query of zklock waits finds it in pg_stat_activity, and only
     it (the holder, idle in its transaction, is not there); the row is gone
     as soon as the wait ends, by a grant and by a cancel alike."""
     s = on(ctx, 'cw-admin')
@@ -333,10 +333,10 @@ def test_false_try_counted(ctx):
 
 
 def readme_exporter_queries():
-    """{name: (query, [metric names])} of README's postgres_exporter
+    """{name: (query, [metric names])} of the manual's postgres_exporter
     queries.yaml block."""
     with open(os.path.join(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__))), 'README.md')) as f:
+            os.path.abspath(__file__))), 'doc', '04-operations.md')) as f:
         text = f.read()
     block = re.search(r'```yaml\n(zklock_locks:.*?)```', text, re.S).group(1)
     out = {}
@@ -348,7 +348,7 @@ def readme_exporter_queries():
 
 
 def test_readme_exporter_queries_run(ctx):
-    """README's postgres_exporter queries, as written, run for a member of
+    """The manual's postgres_exporter queries, as written, run for a member of
     pg_read_all_stats and give every metric they declare, max_wait_time
     and failed_tries among them, and the longest current wait."""
     queries = readme_exporter_queries()
