@@ -31,6 +31,12 @@ read-lock deadlock, kazoo issue #649).
 
 The tests use zklock.root = '/locks' (superuser-only; the tests connect as
 the superuser), so paths read as they would in an application.
+
+In short, this module checks: real Curator 5.4 (`InterProcessMutex`,
+`InterProcessReadWriteLock`, driven by a Java helper compiled at test time)
+and kazoo 2.8 (`Lock`, `WriteLock`, `ReadLock`): each protocol and mode in
+both directions, waiters blocking on a watch, the compatibility table cell
+by cell.
 """
 
 import atexit

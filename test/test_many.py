@@ -12,6 +12,13 @@ level that was removed meanwhile does not get in the way.
 
 What ZooKeeper holds is read from the server itself: `dump` lists every
 ephemeral node with its session, `mntr` counts the requests it received.
+
+In short, this module checks: thousands of locks in one backend: COMMIT,
+`zk_unlock_all()` and `ROLLBACK TO SAVEPOINT` release them in a few multi
+requests (counted with `mntr`), a failed multi is split and every node
+still goes, the pre-commit check of thousands of locks in a few requests
+and a lost one among them named; ancestors of lock parents not created
+again, and a removed one not in the way.
 """
 
 import psycopg2

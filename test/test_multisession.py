@@ -7,6 +7,11 @@ Run by pytest (make test, see test/conftest.py): each test_*(ctx) is one
 test, run in definition order (the last one checks that nothing was left
 behind).  See conftest.TestContext for ctx.  Every test uses its own
 resource name and bounds every wait.
+
+In short, this module checks: blocking, handoff order, try, timeouts,
+cancel, terminated holder, a queue of ten (each waiter watches only its
+predecessor, checked with `wchp`), shared/exclusive, session scope,
+unreachable ensemble; ZooKeeper itself is inspected with kazoo.
 """
 
 import concurrent.futures

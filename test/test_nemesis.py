@@ -62,6 +62,17 @@ does test_2 (the refused holder's remote work was committed by
 postgres_fdw).  test_1b checks the README's "the next lock call opens a
 fresh session by itself" when the call is the one that learns of the
 expiry.
+
+In short, this module checks: real network faults (Jepsen-style): each of 3
+ZooKeeper servers and 2 PostgreSQL clusters in a network namespace of its
+own, joined by a bridge, cut and degraded with nftables (198.18.0.0/24, all
+removed at the end): a follower cut from the leader while a holder stays on
+it (its COMMIT must fail), a cluster cut from the ensemble past the session
+timeout, a minority leader, 30 % packet loss, flapping partitions; a judge
+(rows written through postgres_fdw inside the locked transactions, fencing
+tokens, ZooKeeper's own transaction logs) finds no overlap, no lost update,
+no commit without the lock as the leader saw it, nothing left behind, the
+lock usable again after healing.
 """
 
 import logging

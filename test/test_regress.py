@@ -13,6 +13,11 @@ ones; each test then reports its own result, with its diff
 (regression.diffs) when it failed.  A pg_regress that exits non-zero
 although every selected test passed is one more failure (an error at
 the module's end); a name pg_regress reported nothing for fails.
+
+In short, this module checks: single-session behaviour: scopes, savepoints,
+re-entrancy, unlock warnings, bad input, settings and privileges,
+protocols; run on the suite's cluster and again on one that preloads
+zklock, so `make installcheck` passes on a server configured either way.
 """
 
 import os

@@ -15,6 +15,17 @@ The judge: every worker reports entering right after its acquire returned
 and leaving right before it asks for the release, so each reported
 interval lies inside the real hold; more than 3 reported at once would be
 more than 3 real holders.
+
+In short, this module checks: real Curator `InterProcessSemaphoreV2` and
+kazoo `Semaphore` clients share a semaphore of 3 with SQL sessions on two
+clusters, for each protocol, 240 acquisitions under a judge (never more
+than 3, everyone served); a holder killed with SIGKILL (a Curator JVM, a
+kazoo process, a backend) frees its lease after the session timeout; a lost
+lease fails COMMIT with 40001 in both scopes; try, timeout, cancel,
+`statement_timeout`, `lock_timeout` and backend exit leave no lease and no
+internal-mutex node; one child watch for five waiters; a wait for room
+publishes a record of mode semaphore, gone with the wait; kazoo's recorded
+count; `zk_lock_queue`; the 1.1 to 1.2 update keeps grants.
 """
 
 import os

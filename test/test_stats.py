@@ -9,6 +9,35 @@ quickly) and "stats-small" (zklock.stat_max_names = 40, for eviction).
 The suite's main cluster does not preload zklock: there the functions
 fail with 55000.  Every figure is checked exactly against a scripted
 workload.
+
+In short, this module checks: clusters of the test's own that preload
+zklock (`deadlock_timeout` 200 ms; one with `zklock.stat_max_names` = 40):
+a scripted workload (2 waits, 2 timeouts, 1 cancel, 1 deadlock, 1 lock lost
+by deleting its node, 1 refused commit, a semaphore) checked counter by
+counter in `zk_stat_locks` and `zk_stat_cluster`; 8 backends × 25
+acquisitions of one name add up to exactly 200; reset of one name and of
+all; names a database's encoding cannot hold (a CJK name read from LATIN1,
+a SQL_ASCII database's raw bytes read from UTF-8) shown as `\\x` hex exactly
+as `zk_lock_queue` shows owner data, not 22P05 or 22021;
+least-recently-used eviction; `stats_since` of a fresh cluster; on 18 and
+19 every figure kept across a clean restart and discarded after an
+immediate stop, on 15-17 started afresh at a restart; the LOG lines (still
+waiting with the holder's pid, acquired, timed out; none for a short wait
+or with the setting off); a foreign holder's host and application fields
+shown as printable ASCII (no newline, no escape); 55000 with its hint on
+the suite's cluster, which does not preload (`zk_waits` and `zk_sessions`
+too); `zk_waits` showing a wait in progress (pid, database, lock, mode,
+start, timeout, deadline) found by the manual's longest-wait and
+zklock-waits-alone queries, gone as soon as the wait ends by a grant or a
+cancel; `zk_sessions` showing a holder, a waiter and a backend behind a
+proxy as their own `zk_status()` shows them (locks held, waiting), the idle
+backend's row turned to `connecting` with `unreachable_since` when the
+proxy stops while it runs nothing, the ended backend's row gone; `failed`
+for a backend whose connect found no server; a role given SELECT sees its
+own backend's row alone, a `pg_read_all_stats` member every row; a false
+try counted in `failed_tries` (an array try: the name not free), not as a
+timeout; the 1.4 → 1.5 update equal to a fresh install, keeping grants, the
+new objects for `pg_read_all_stats` only.
 """
 
 import concurrent.futures
