@@ -7,7 +7,7 @@ on two clusters taking ARRAY[a..z] and its reverse 200 times without a
 deadlock or a timeout; a cancel in the middle of a 10,000-lock call, and
 lock_timeout, leave nothing in ZooKeeper; the creates go out in multi
 requests (requests per lock counted at the server); tokens in the order
-of the input and equal to each node's czxid, and what README promises of
+of the input and equal to each node's czxid, and what the manual promises of
 fencing tokens; names given twice and locks already held; savepoints and
 scalar holds mixed in; bad input; the update from 1.2 keeps the grants.
 
@@ -108,7 +108,7 @@ def czxids(ctx, res):
 
 
 def test_fencing_tokens_what_a_downstream_may_rely_on(ctx):
-    """README's "Fencing tokens": the locks one array call creates in one
+    """The manual's "Fencing tokens": the locks one array call creates in one
     multi request share one token; a call that waited mid-way created
     the locks after the one it waited for in a later multi, with a greater
     token; successive holders of one name (scalar and array calls,
@@ -320,7 +320,7 @@ def test_requests_per_lock(ctx):
     listing) plus a few, not two or more per lock as a loop of scalar
     calls; COMMIT releases them in a few multi requests too.  The few
     include the watches zklock.cancel_on_loss sets on the first 16 held
-    nodes (no more: README, "A lost lock stops its holder at once").  The
+    nodes (no more: the manual, "A lost lock stops its holder at once").  The
     time per lock against the scalar loop is a figure (targets: make
     bench)."""
     n = 1000

@@ -102,7 +102,7 @@ def test_failed_batch_is_split(ctx):
     off, so the COMMIT goes through despite the loss.  The node deleted is
     the 600th lock's: only the first 16 held nodes are watched, and a
     deletion the backend heard of from a watch fails the COMMIT even with
-    the check off, as README says and test_lockloss shows.)"""
+    the check off, as the manual says and test_lockloss shows.)"""
     n, prefix = 1200, 'bulk-split'
 
     def delete_one():

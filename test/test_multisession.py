@@ -136,7 +136,7 @@ def check_watches(ctx, parent, expect, timeout=10):
     """Wait until every session in `expect` ({session id: path it should
     watch}) watches exactly that one node under the lock parent, besides
     its own node (a waiter with one contender ahead watches that too: see
-    README, "How it works"), and nobody watches the lock parent itself
+    doc/02-how-it-works.md), and nobody watches the lock parent itself
     (no herd effect).
 
     wchp shows only data watches (exists/getData).  getChildren watches

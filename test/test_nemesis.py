@@ -59,7 +59,7 @@ On b26fa8f (before the pre-commit `sync`, and before zklock's check ran
 ahead of postgres_fdw's commit) test_1 fails (the stale holder's COMMIT
 succeeds: overlap, lost update and ZooKeeper's log all flag it) and so
 does test_2 (the refused holder's remote work was committed by
-postgres_fdw).  test_1b checks the README's "the next lock call opens a
+postgres_fdw).  test_1b checks the manual's "the next lock call opens a
 fresh session by itself" when the call is the one that learns of the
 expiry.
 
@@ -801,7 +801,7 @@ test_1_follower_cut_from_leader.timeout = 120
 
 
 def test_1b_first_call_after_expiry_opens_a_new_session(ctx):
-    """README: "After an expired session the next lock call opens a fresh
+    """The manual: "After an expired session the next lock call opens a fresh
     session by itself."  A backend holding no lock whose session expired
     while it was cut off (it could not know yet) makes a lock call right
     after the heal: the call must open a new session and lock, not fail

@@ -2,7 +2,7 @@
 pg_regress: the single-session SQL suites (sql/<name>.sql,
 expected/<name>.out), against the suite's main cluster and ZooKeeper, and
 again against a cluster that preloads zklock (shared_preload_libraries,
-as README's Monitoring section configures a server for the statistics):
+as the manual's Monitoring section configures a server for the statistics):
 `make installcheck` must pass on a server configured either way (issue
 42: zklock_guc listed the server-start settings only where preloaded).
 

@@ -47,7 +47,7 @@ def module_setup(ctx):
     backend of the suite, which has no credentials, could neither lock
     under the root nor publish a wait record (its deadlock search would
     then never run) until the server reaped them.  An operator sharing a
-    root between identities does the same (see README, Security)."""
+    root between identities does the same (see doc/06-security.md)."""
     ctx.kz.ensure_path(ctx.root)
     ctx.kz.ensure_path(ctx.root + '/%waits')
 

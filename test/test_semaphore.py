@@ -406,8 +406,8 @@ def test_one_waiter_watches_the_leases(ctx):
     (the internal mutex's holder, on the lease list) and one data watch
     per other waiter (each on its predecessor in the mutex queue), plus
     one on the own mutex node of the waiter right behind the holder (one
-    contender ahead: it watches its own node too, README "How it
-    works"): five; six when the holder itself was granted the mutex that
+    contender ahead: it watches its own node too, doc/02-how-it-works.md):
+    five; six when the holder itself was granted the mutex that
     way, as its own-node watch stays armed while it holds.  (Which one
     depends on how the waiters' first counts, each with no room, and
     their second rounds interleave.)  The holder runs with
@@ -452,7 +452,7 @@ def test_one_waiter_watches_the_leases(ctx):
     ctx.log('data watches: %d' % (seen['c']['data'] - base['data']))
     h.query('COMMIT')
     # in whatever order: a waiter that found no room on its first count
-    # queues again behind the others (README "How it works")
+    # queues again behind the others (doc/01-sql-reference.md, Semaphores)
     pending = list(zip(ws, futs))
     while pending:
         wait_until(lambda: any(f.done() for _, f in pending), 30,
@@ -770,7 +770,7 @@ def test_lock_queue_shows_a_semaphore(ctx):
             # gives its optimistic lease and the mutex back when it finds
             # no room and queues again, and the second, granted the mutex
             # meanwhile, does the same; the protocol promises no order
-            # among waiters that found the semaphore full (README).  What
+            # among waiters that found the semaphore full (the manual).  What
             # the view must show is the same either way.
             first = sessions.get(rows[1][5])
             other = 'w1' if first == 'w0' else 'w0'
