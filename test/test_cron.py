@@ -1,13 +1,13 @@
 """
-README's pg_cron recipes, run as written with a real pg_cron (issue 42,
+The manual's pg_cron recipes, run as written with a real pg_cron (issue 42,
 point 3).
 
-Two clusters, "cron_a" and "cron_b", preload pg_cron with README's three
+Two clusters, "cron_a" and "cron_b", preload pg_cron with the manual's three
 settings (cron.use_background_workers = on among them) and get a
 pg_hba.conf that, like Debian's, asks every TCP connection of another
 role than postgres for a password (scram-sha-256); the job role has none.
-The SQL is README's own: the ```sql blocks of the section "Running a job
-on one cluster at a time (pg_cron)" are read from README.md, and only the
+The SQL is the manual's own: the ```sql blocks of the section "Running a job
+on one cluster at a time (pg_cron)" are read from doc/01-sql-reference.md, and only the
 schedule ('0 2 * * *' becomes '* * * * *'), the variant's period (a day
 becomes the minute) and the shared server's address are replaced, each
 replacement checked to match exactly once.
@@ -42,8 +42,8 @@ import harness
 
 TIMEOUT = 300
 SETUP_TIMEOUT = 300
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
-                      'README.md')
+MANUAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
+                      'doc', '01-sql-reference.md')
 PKGLIBDIR = harness._pg_config('--pkglibdir')
 SHAREDIR = harness._pg_config('--sharedir')
 HAVE_CRON = os.path.exists(os.path.join(PKGLIBDIR, 'pg_cron.so')) and \
@@ -56,33 +56,33 @@ pytestmark = pytest.mark.skipif(
     "package is not served by this machine's mirror, so it cannot be built "
     'for the other majors here' % (harness.PG_MAJOR, PKGLIBDIR))
 
-DB = 'postgres'                 # cron.database_name, as README sets it
+DB = 'postgres'                 # cron.database_name, as the manual sets it
 RUN_WAIT_S = 100                # a minute schedule: next boundary + the run
 PASSWORD = 'change-me'
 
 
 # ---------------------------------------------------------------------------
-# README's SQL
+# the manual's SQL
 # ---------------------------------------------------------------------------
 
 def readme_blocks():
-    """The ```sql blocks of README's pg_cron section, in order."""
-    text = open(README).read()
+    """The ```sql blocks of the manual's pg_cron section, in order."""
+    text = open(MANUAL).read()
     start = text.index('### Running a job on one cluster at a time (pg_cron)')
     end = text.index('\n## ', start)
     return re.findall(r'```sql\n(.*?)```', text[start:end], re.S)
 
 
 def replace_once(sql, old, new):
-    assert sql.count(old) == 1, 'README block: %r occurs %d times' % (
+    assert sql.count(old) == 1, 'manual block: %r occurs %d times' % (
         old, sql.count(old))
     return sql.replace(old, new)
 
 
 def recipe_sql():
-    """(setup, shared, variant): README's blocks as the test runs them."""
+    """(setup, shared, variant): the manual's blocks as the test runs them."""
     blocks = readme_blocks()
-    assert len(blocks) == 4, 'README pg_cron section: %d sql blocks, not 4' \
+    assert len(blocks) == 4, 'manual pg_cron section: %d sql blocks, not 4' \
         % len(blocks)
     setup, _refresh, shared, variant = blocks
     assert 'zk_try_lock_exclusive' in setup and 'rollup_period' in shared
@@ -143,7 +143,7 @@ def module_setup(ctx):
             'zklock.connect_timeout': '%ds' % ctx.connect_timeout,
             'zklock.log_lock_waits': False,
         })
-        # the job's own tables, which README assumes
+        # the job's own tables, which the manual assumes
         pg.psql('CREATE TABLE orders (created_at timestamptz, amount numeric);'
                 'INSERT INTO orders VALUES (now(), 5), (now(), 7);'
                 'CREATE TABLE rollup_daily (day date, total numeric)')
@@ -203,7 +203,7 @@ def owner_port(owner):
 
 
 def test_try_lock_recipe(ctx):
-    """README's set-up and try-lock job on both clusters, every minute, as
+    """The manual's set-up and try-lock job on both clusters, every minute, as
     role nightly_job under a pg_hba.conf that wants its password: with the
     first run's holder kept inside its job, the other cluster skips; then
     exactly one 'done' and one 'skipped' for that minute, both runs
@@ -288,7 +288,7 @@ def log_by_period(pg):
 
 
 def test_variant_once_per_period(ctx):
-    """README's variant (wait for the lock, a period row in a shared
+    """The manual's variant (wait for the lock, a period row in a shared
     database through postgres_fdw, user mapping with a password) every
     minute on both clusters: for the first two periods, once both
     clusters' runs of each are logged, the shared table has exactly one
@@ -348,7 +348,7 @@ def test_variant_holder_lost_mid_run(ctx):
     hold = s.connect(dbname='jobs', autocommit=False)
     try:
         hold.cursor().execute('LOCK TABLE rollup_period IN SHARE MODE')
-        # README's schedule again (test b unscheduled the job)
+        # the manual's schedule again (test b unscheduled the job)
         schedule = re.search(r'SELECT cron\.schedule_in_database\(.*?\);',
                              ctx.shared.variant, re.S).group(0)
         for pg in (a, b):

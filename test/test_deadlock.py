@@ -9,6 +9,22 @@ left in ZooKeeper.
 
 Three clusters: the suite's main one and two of this module's own, all on
 the suite's ZooKeeper.
+
+In short, this module checks: three clusters: cycles of 2 and 3 in both
+scopes and modes, a row-lock/zklock cycle on one cluster, a cycle whose row
+lock is on another cluster than the member that must act and its mirror
+image, a cycle through row locks on two clusters, a row-lock wait closing a
+cycle long after its zklock waits searched (the victim woken: 40P01 within
+2 s of it, 3.7 s without the wake), a cycle through a semaphore's room and
+a row lock in Curator's and kazoo's layouts, and none when another lease
+holder is free, 32 backends queued on one lock for 30 s with no 40P01, a
+cycle broken by a timeout before detection (no victim), a kazoo holder in a
+chain (no 40P01), a short wait publishes nothing, a standby holder whose
+pid equals a primary backend's waiting in the lock manager (both in PID
+namespaces of their own; no 40P01, then the real cycle with that backend is
+found); 50 waiters behind an idle holder cost under 1 request per waiter
+per second beyond pings (issue 38: 0.002 measured, 12.4 in 1.6); exactly
+one victim each time, nothing left in ZooKeeper.
 """
 
 import time

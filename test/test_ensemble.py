@@ -27,6 +27,11 @@ crash-to-grant time, ...) are printed in the FIGURES block at the end of
 the module's output.  Timing bounds asserted are generous (the machine
 may be a loaded 2-core VM): the figures are measured and printed, not
 asserted tightly.
+
+In short, this module checks: 3-server ensemble, two clusters and a hot
+standby: exclusion under load, leader failover, follower loss, quorum loss,
+holder crash, ensemble freeze, 200 sessions (see doc/07-performance.md,
+"Reliability").
 """
 
 import concurrent.futures

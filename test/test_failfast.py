@@ -16,6 +16,20 @@ Deletions are made with kazoo, as an operator would; the expiry by
 freezing the holder's backend (SIGSTOP) past the session timeout.  Each
 test bounds the time from the loss to the error generously (5 s); the
 bench measures it.
+
+In short, this module checks: a held node deleted while `pg_sleep`, a
+10^10-row join, a row-lock wait, a PL/pgSQL loop with a `WHEN OTHERS`
+handler, a `WHEN query_canceled` handler or a wait for another zklock lock
+runs: 40001 at once; a session lock's later statements refused until
+acknowledged; an idle transaction left alone and refused at its next
+statement; an expired session ends the statement on thaw; a holder cut off
+(connection closed, or silently) stopped by the loss clock within the
+session timeout, with a heartbeat instead of pings; a waiter granted after
+a wait longer than the session timeout keeps its lock (the grant's
+notification counts as the server's word); a suspended portal's next run
+refused; a lost lock released before its cancel was raised still reported
+as a loss; user cancels and `statement_timeout` stay theirs, also after a
+loss; `zklock.cancel_on_loss = off`.
 """
 
 import socket

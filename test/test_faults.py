@@ -10,6 +10,11 @@ server creates the node, and the extension must delete it on its own.
 Each test proves the create really happened (the lock parent's cversion
 counts child creations and deletions), so that "no node left" is not
 satisfied vacuously by a create that never ran.
+
+In short, this module checks: a create that ZooKeeper carries out after the
+call timed out (ensemble frozen with SIGSTOP) is deleted; one whose reply
+was lost is swept after the reconnect; the call's timeout bounds the wait
+for a session.
 """
 
 import time

@@ -21,6 +21,10 @@ leave in ZooKeeper, and non-superusers trying to point zklock elsewhere.
 
 The property-based counterpart for the pure code is the fuzz corpus
 (test/fuzz, replayed by test/unit/test_corpus).
+
+In short, this module checks: hostile resource names through SQL, foreign
+and malformed children under a lock parent, settings that only a superuser
+may change.
 """
 
 import contextlib

@@ -21,7 +21,7 @@ For every zklock.protocol and mode, against the matching recipe:
     exactly the node it waits for (nobody watches the lock parent, no
     getChildren watch exists), and `cons` shows the session sending no
     more than its pings while it waits.
-Also: which client sees which zklock node (the README's compatibility
+Also: which client sees which zklock node (the manual's compatibility
 table, checked cell by cell); SQL sessions with different protocols
 exclude each other; the lock path is the one the other client uses
 (zklock.root '/locks' + resource 'nightly' = '/locks/nightly'); node data
@@ -31,6 +31,12 @@ read-lock deadlock, kazoo issue #649).
 
 The tests use zklock.root = '/locks' (superuser-only; the tests connect as
 the superuser), so paths read as they would in an application.
+
+In short, this module checks: real Curator 5.4 (`InterProcessMutex`,
+`InterProcessReadWriteLock`, driven by a Java helper compiled at test time)
+and kazoo 2.8 (`Lock`, `WriteLock`, `ReadLock`): each protocol and mode in
+both directions, waiters blocking on a watch, the compatibility table cell
+by cell.
 """
 
 import atexit
@@ -481,7 +487,7 @@ def check_blocked(ctx, parent, session, node, pending, who):
                 and (p == parent or p.startswith(parent + '/'))}
         last['mine'] = mine
         # besides its own node, which a waiter with one contender ahead
-        # watches too (README, "How it works")
+        # watches too (doc/02-how-it-works.md)
         own = own_nodes(ctx, parent).get(session, set())
         return mine - own == {node} and not wchp.get(parent)
     try:
@@ -683,7 +689,7 @@ def test_kazoo(ctx):
 
 # Which recipe sees which zklock node: True = the recipe waits while zklock
 # holds (protocol, mode); False = it takes the lock anyway.  This is the
-# README's compatibility table.
+# doc/05-interoperability.md's compatibility table.
 RECIPES = ('curator-mutex', 'curator-write', 'curator-read', 'kazoo-Lock',
            'kazoo-Lock+lock-', 'kazoo-WriteLock', 'kazoo-ReadLock')
 SEES = {

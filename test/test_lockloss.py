@@ -7,6 +7,14 @@ is frozen (SIGSTOP of its backend process, ZooKeeper client threads
 included) past the session timeout, ZooKeeper expires its session and
 hands the lock on, and when the holder is resumed its COMMIT must fail
 with 40001 and its rows must not be there.
+
+In short, this module checks: the Kleppmann scenario (holder frozen with
+SIGSTOP past the session timeout: its COMMIT fails with 40001, its rows are
+gone), for both scopes; a node deleted by another client; fencing tokens;
+`zk_lock_queue` across two backends and a kazoo client; `zk_status`;
+reconnect on a settings change; `ALTER EXTENSION zklock UPDATE` from every
+released version to 1.6 equal to a fresh 1.6 install, keeping the grants on
+`zk_status()`.
 """
 
 import concurrent.futures

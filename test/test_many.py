@@ -12,6 +12,13 @@ level that was removed meanwhile does not get in the way.
 
 What ZooKeeper holds is read from the server itself: `dump` lists every
 ephemeral node with its session, `mntr` counts the requests it received.
+
+In short, this module checks: thousands of locks in one backend: COMMIT,
+`zk_unlock_all()` and `ROLLBACK TO SAVEPOINT` release them in a few multi
+requests (counted with `mntr`), a failed multi is split and every node
+still goes, the pre-commit check of thousands of locks in a few requests
+and a lost one among them named; ancestors of lock parents not created
+again, and a removed one not in the way.
 """
 
 import psycopg2
@@ -95,7 +102,7 @@ def test_failed_batch_is_split(ctx):
     off, so the COMMIT goes through despite the loss.  The node deleted is
     the 600th lock's: only the first 16 held nodes are watched, and a
     deletion the backend heard of from a watch fails the COMMIT even with
-    the check off, as README says and test_lockloss shows.)"""
+    the check off, as the manual says and test_lockloss shows.)"""
     n, prefix = 1200, 'bulk-split'
 
     def delete_one():

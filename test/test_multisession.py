@@ -7,6 +7,11 @@ Run by pytest (make test, see test/conftest.py): each test_*(ctx) is one
 test, run in definition order (the last one checks that nothing was left
 behind).  See conftest.TestContext for ctx.  Every test uses its own
 resource name and bounds every wait.
+
+In short, this module checks: blocking, handoff order, try, timeouts,
+cancel, terminated holder, a queue of ten (each waiter watches only its
+predecessor, checked with `wchp`), shared/exclusive, session scope,
+unreachable ensemble; ZooKeeper itself is inspected with kazoo.
 """
 
 import concurrent.futures
@@ -131,7 +136,7 @@ def check_watches(ctx, parent, expect, timeout=10):
     """Wait until every session in `expect` ({session id: path it should
     watch}) watches exactly that one node under the lock parent, besides
     its own node (a waiter with one contender ahead watches that too: see
-    README, "How it works"), and nobody watches the lock parent itself
+    doc/02-how-it-works.md), and nobody watches the lock parent itself
     (no herd effect).
 
     wchp shows only data watches (exists/getData).  getChildren watches

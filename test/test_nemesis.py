@@ -59,9 +59,20 @@ On b26fa8f (before the pre-commit `sync`, and before zklock's check ran
 ahead of postgres_fdw's commit) test_1 fails (the stale holder's COMMIT
 succeeds: overlap, lost update and ZooKeeper's log all flag it) and so
 does test_2 (the refused holder's remote work was committed by
-postgres_fdw).  test_1b checks the README's "the next lock call opens a
+postgres_fdw).  test_1b checks the manual's "the next lock call opens a
 fresh session by itself" when the call is the one that learns of the
 expiry.
+
+In short, this module checks: real network faults (Jepsen-style): each of 3
+ZooKeeper servers and 2 PostgreSQL clusters in a network namespace of its
+own, joined by a bridge, cut and degraded with nftables (198.18.0.0/24, all
+removed at the end): a follower cut from the leader while a holder stays on
+it (its COMMIT must fail), a cluster cut from the ensemble past the session
+timeout, a minority leader, 30 % packet loss, flapping partitions; a judge
+(rows written through postgres_fdw inside the locked transactions, fencing
+tokens, ZooKeeper's own transaction logs) finds no overlap, no lost update,
+no commit without the lock as the leader saw it, nothing left behind, the
+lock usable again after healing.
 """
 
 import logging
@@ -790,7 +801,7 @@ test_1_follower_cut_from_leader.timeout = 120
 
 
 def test_1b_first_call_after_expiry_opens_a_new_session(ctx):
-    """README: "After an expired session the next lock call opens a fresh
+    """The manual: "After an expired session the next lock call opens a fresh
     session by itself."  A backend holding no lock whose session expired
     while it was cut off (it could not know yet) makes a lock call right
     after the heal: the call must open a new session and lock, not fail

@@ -18,6 +18,13 @@ Errors during a ZooKeeper outage name the cause and a safe action
 The outages are played with a proxy (test/lib/zkproxy.py) between one
 backend and the suite's ZooKeeper: stopping it cuts the backend off
 (reconnects are refused) while the rest of the suite goes on.
+
+In short, this module checks: a backend cut off by a proxy: the errors of a
+commit check, of a timeout and of an unresolvable host name the outage;
+`zk_locks` and `zk_status()` readable; the ZooKeeper client's lines over a
+20 s outage in the server log's format naming the session, none raw on
+stderr, at most 5 written while `zk_status()` counts the rest (201
+received, 196 suppressed), the count logged at exit.
 """
 
 import re

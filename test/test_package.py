@@ -10,6 +10,10 @@ test, run in definition order.
   * the script layout allows `ALTER EXTENSION zklock UPDATE` later: one
     versioned install script zklock--<version>.sql, installed by DATA, and
     every update script zklock--<from>--<to>.sql installed too;
+  * the SQL reference chapter, doc/01-sql-reference.md, has a table row
+    for every function of the install script, names every view, and has a
+    Settings row for every zklock.* setting the library defines (and none
+    other);
   * `dpkg-buildpackage -us -uc -b` builds postgresql-<major>-zklock in a
     temporary copy of the tree (never in the work tree), leaves that copy's
     `git status` clean, and the .deb holds the control file, the script and
@@ -253,6 +257,57 @@ def test_script_layout_allows_updates(ctx):
         assert v in seen, 'no update path from %s to %s' % (a, v)
     ctx.log('install scripts %s, update scripts %s' % (installs,
                                                        updates or 'none yet'))
+
+
+def test_reference_documents_every_function_and_setting(ctx):
+    """The SQL reference chapter (doc/01-sql-reference.md) documents the
+    whole SQL surface: every function the install script of
+    default_version creates has a row in one of its function tables (the
+    name in the row's first cell), every view is named there, and every
+    zklock.* setting the library defines (DefineCustom*Variable in src/)
+    has a row of its Settings table, which lists no setting the library
+    does not define."""
+    v = control_version()
+    script = read('sql/zklock--%s.sql' % v)
+    functions = set(re.findall(
+        r'^\s*CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(?:zklock\.)?(\w+)\s*\(',
+        script, re.M | re.I))
+    views = set(re.findall(
+        r'^\s*CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(?:zklock\.)?(\w+)',
+        script, re.M | re.I))
+    assert 'zk_lock_exclusive' in functions and 'zk_locks' in views, \
+        (functions, views)
+    settings = set()
+    for path in glob.glob(os.path.join(ROOT, 'src', '*.c')):
+        with open(path, encoding='utf-8') as f:
+            settings |= set(re.findall(
+                r'DefineCustom\w+Variable\(\s*"(zklock\.\w+)"', f.read()))
+    assert 'zklock.hosts' in settings, settings
+
+    doc = read(os.path.join('doc', '01-sql-reference.md'))
+    first_cells = [row.split('|')[1] for row in re.findall(r'^\|.*\|$', doc,
+                                                           re.M)]
+    missing = sorted(f for f in functions
+                     if not any(re.search(r'`%s\(' % f, c) for c in first_cells))
+    assert not missing, ('functions of sql/zklock--%s.sql without a row in '
+                         'the tables of doc/01-sql-reference.md: %s'
+                         % (v, missing))
+    missing = sorted(w for w in views if not re.search(r'\b%s\b' % w, doc))
+    assert not missing, 'views not named in doc/01-sql-reference.md: %s' \
+        % missing
+
+    start = doc.index('\n## Settings\n')
+    end = doc.find('\n## ', start + 1)
+    table = doc[start:end if end >= 0 else len(doc)]
+    rows = set(re.findall(r'^\| `(zklock\.\w+)` \|', table, re.M))
+    assert not sorted(settings - rows), (
+        'settings without a row in the Settings table of '
+        'doc/01-sql-reference.md: %s' % sorted(settings - rows))
+    assert not sorted(rows - settings), (
+        'the Settings table lists settings the library does not define: %s'
+        % sorted(rows - settings))
+    ctx.log('doc/01-sql-reference.md: %d functions, %d views, %d settings'
+            % (len(functions), len(views), len(settings)))
 
 
 @needs_debian_pg

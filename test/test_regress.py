@@ -2,7 +2,7 @@
 pg_regress: the single-session SQL suites (sql/<name>.sql,
 expected/<name>.out), against the suite's main cluster and ZooKeeper, and
 again against a cluster that preloads zklock (shared_preload_libraries,
-as README's Monitoring section configures a server for the statistics):
+as the manual's Monitoring section configures a server for the statistics):
 `make installcheck` must pass on a server configured either way (issue
 42: zklock_guc listed the server-start settings only where preloaded).
 
@@ -13,6 +13,11 @@ ones; each test then reports its own result, with its diff
 (regression.diffs) when it failed.  A pg_regress that exits non-zero
 although every selected test passed is one more failure (an error at
 the module's end); a name pg_regress reported nothing for fails.
+
+In short, this module checks: single-session behaviour: scopes, savepoints,
+re-entrancy, unlock warnings, bad input, settings and privileges,
+protocols; run on the suite's cluster and again on one that preloads
+zklock, so `make installcheck` passes on a server configured either way.
 """
 
 import os

@@ -22,6 +22,18 @@ Revoker and the recipe write them; the Curator holder is a real
 InterProcessReadWriteLock made revocable (test/java/LockPeer.java).
 Each wait is bounded generously; the bench measures the time from the
 request to the holder's error.
+
+In short, this module checks: `zk_lock_revoke` against a zklock holder
+running a statement, in each node layout (its statement ends with 40001
+"was revoked" naming the requester, the node goes, a waiter gets the lock),
+a session-level holder (given back at once, refused until acknowledged,
+`zk_locks` says `revoked` and by whom), idle holders (given back with no
+statement of theirs), `zklock.on_revoke = ignore` (shown by
+`zk_lock_revoked()`, `zk_locks`, `zk_lock_queue`; `still held`), Curator's
+and the recipe's words written by another client, a real revocable Curator
+write lock (releases) and a kazoo holder (`unlock`, keeps it), a role
+without EXECUTE (42501), the own lock (`own`), another `auth_file` identity
+(`denied`).
 """
 
 import re

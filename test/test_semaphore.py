@@ -15,6 +15,17 @@ The judge: every worker reports entering right after its acquire returned
 and leaving right before it asks for the release, so each reported
 interval lies inside the real hold; more than 3 reported at once would be
 more than 3 real holders.
+
+In short, this module checks: real Curator `InterProcessSemaphoreV2` and
+kazoo `Semaphore` clients share a semaphore of 3 with SQL sessions on two
+clusters, for each protocol, 240 acquisitions under a judge (never more
+than 3, everyone served); a holder killed with SIGKILL (a Curator JVM, a
+kazoo process, a backend) frees its lease after the session timeout; a lost
+lease fails COMMIT with 40001 in both scopes; try, timeout, cancel,
+`statement_timeout`, `lock_timeout` and backend exit leave no lease and no
+internal-mutex node; one child watch for five waiters; a wait for room
+publishes a record of mode semaphore, gone with the wait; kazoo's recorded
+count; `zk_lock_queue`; the 1.1 to 1.2 update keeps grants.
 """
 
 import os
@@ -395,8 +406,8 @@ def test_one_waiter_watches_the_leases(ctx):
     (the internal mutex's holder, on the lease list) and one data watch
     per other waiter (each on its predecessor in the mutex queue), plus
     one on the own mutex node of the waiter right behind the holder (one
-    contender ahead: it watches its own node too, README "How it
-    works"): five; six when the holder itself was granted the mutex that
+    contender ahead: it watches its own node too, doc/02-how-it-works.md):
+    five; six when the holder itself was granted the mutex that
     way, as its own-node watch stays armed while it holds.  (Which one
     depends on how the waiters' first counts, each with no room, and
     their second rounds interleave.)  The holder runs with
@@ -441,7 +452,7 @@ def test_one_waiter_watches_the_leases(ctx):
     ctx.log('data watches: %d' % (seen['c']['data'] - base['data']))
     h.query('COMMIT')
     # in whatever order: a waiter that found no room on its first count
-    # queues again behind the others (README "How it works")
+    # queues again behind the others (doc/01-sql-reference.md, Semaphores)
     pending = list(zip(ws, futs))
     while pending:
         wait_until(lambda: any(f.done() for _, f in pending), 30,
@@ -759,7 +770,7 @@ def test_lock_queue_shows_a_semaphore(ctx):
             # gives its optimistic lease and the mutex back when it finds
             # no room and queues again, and the second, granted the mutex
             # meanwhile, does the same; the protocol promises no order
-            # among waiters that found the semaphore full (README).  What
+            # among waiters that found the semaphore full (the manual).  What
             # the view must show is the same either way.
             first = sessions.get(rows[1][5])
             other = 'w1' if first == 'w0' else 'w0'

@@ -9,6 +9,35 @@ quickly) and "stats-small" (zklock.stat_max_names = 40, for eviction).
 The suite's main cluster does not preload zklock: there the functions
 fail with 55000.  Every figure is checked exactly against a scripted
 workload.
+
+In short, this module checks: clusters of the test's own that preload
+zklock (`deadlock_timeout` 200 ms; one with `zklock.stat_max_names` = 40):
+a scripted workload (2 waits, 2 timeouts, 1 cancel, 1 deadlock, 1 lock lost
+by deleting its node, 1 refused commit, a semaphore) checked counter by
+counter in `zk_stat_locks` and `zk_stat_cluster`; 8 backends × 25
+acquisitions of one name add up to exactly 200; reset of one name and of
+all; names a database's encoding cannot hold (a CJK name read from LATIN1,
+a SQL_ASCII database's raw bytes read from UTF-8) shown as `\\x` hex exactly
+as `zk_lock_queue` shows owner data, not 22P05 or 22021;
+least-recently-used eviction; `stats_since` of a fresh cluster; on 18 and
+19 every figure kept across a clean restart and discarded after an
+immediate stop, on 15-17 started afresh at a restart; the LOG lines (still
+waiting with the holder's pid, acquired, timed out; none for a short wait
+or with the setting off); a foreign holder's host and application fields
+shown as printable ASCII (no newline, no escape); 55000 with its hint on
+the suite's cluster, which does not preload (`zk_waits` and `zk_sessions`
+too); `zk_waits` showing a wait in progress (pid, database, lock, mode,
+start, timeout, deadline) found by the manual's longest-wait and
+zklock-waits-alone queries, gone as soon as the wait ends by a grant or a
+cancel; `zk_sessions` showing a holder, a waiter and a backend behind a
+proxy as their own `zk_status()` shows them (locks held, waiting), the idle
+backend's row turned to `connecting` with `unreachable_since` when the
+proxy stops while it runs nothing, the ended backend's row gone; `failed`
+for a backend whose connect found no server; a role given SELECT sees its
+own backend's row alone, a `pg_read_all_stats` member every row; a false
+try counted in `failed_tries` (an array try: the name not free), not as a
+timeout; the 1.4 → 1.5 update equal to a fresh install, keeping grants, the
+new objects for `pg_read_all_stats` only.
 """
 
 import concurrent.futures
@@ -96,11 +125,11 @@ def test_unpreloaded_functions_fail_55000(ctx):
 
 WAITS_SQL = ('SELECT pid, database, resource, mode, since, timeout, '
              'deadline FROM zk_waits WHERE resource = %s')
-# README's exporter query for the longest wait in progress
+# the manual's (doc/04-operations.md) exporter query for the longest wait in progress
 LONGEST_SQL = ('SELECT count(*) AS waiting, coalesce(max(extract(epoch FROM '
                'clock_timestamp() - since)), 0) AS longest_wait_seconds '
                'FROM zk_waits')
-# README's query of the zklock waits alone, on every major
+# the manual's query of the zklock waits alone, on every major
 ALONE_SQL = ('SELECT a.pid, a.wait_event_type, a.wait_event, w.resource '
              'FROM zk_waits w JOIN pg_stat_activity a USING (pid)')
 
@@ -109,8 +138,8 @@ def test_current_waits_shown_while_they_last(ctx):
     """zk_waits (1.7) shows a wait in progress: the waiter's pid, database,
     lock, mode, start time (after the call was sent, before it was read),
     timeout and deadline (the call's start plus its timeout; none without
-    one); README's exporter query gives its age as the longest wait and
-    README's query of zklock waits finds it in pg_stat_activity, and only
+    one); the manual's exporter query gives its age as the longest wait and
+    the manual's query of zklock waits finds it in pg_stat_activity, and only
     it (the holder, idle in its transaction, is not there); the row is gone
     as soon as the wait ends, by a grant and by a cancel alike."""
     s = on(ctx, 'cw-admin')
@@ -333,10 +362,10 @@ def test_false_try_counted(ctx):
 
 
 def readme_exporter_queries():
-    """{name: (query, [metric names])} of README's postgres_exporter
+    """{name: (query, [metric names])} of the manual's postgres_exporter
     queries.yaml block."""
     with open(os.path.join(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__))), 'README.md')) as f:
+            os.path.abspath(__file__))), 'doc', '04-operations.md')) as f:
         text = f.read()
     block = re.search(r'```yaml\n(zklock_locks:.*?)```', text, re.S).group(1)
     out = {}
@@ -348,7 +377,7 @@ def readme_exporter_queries():
 
 
 def test_readme_exporter_queries_run(ctx):
-    """README's postgres_exporter queries, as written, run for a member of
+    """The manual's postgres_exporter queries, as written, run for a member of
     pg_read_all_stats and give every metric they declare, max_wait_time
     and failed_tries among them, and the longest current wait."""
     queries = readme_exporter_queries()

@@ -10,6 +10,18 @@ differs only in the version it reports (EXTVERSION=9.9-test, so
 -DZKLOCK_LIBRARY_VERSION="9.9-test"), by renaming it over the installed
 zklock.so as make install and dpkg write a new file; the original file is
 put back the same way before the test ends.
+
+In short, this module checks: a preloaded server under a replaced
+`zklock.so` (a build of the tree that reports another version, renamed over
+the installed file): an existing and a new backend still run the old,
+deleted file and `zk_version` says `restart`; without preloading an older
+backend says `reconnect` and a new one runs the new file; after the restart
+the new version against the extension's says `update`; `ALTER EXTENSION
+zklock UPDATE` from every released version (1.0 to 1.8) to 1.9 equal to a
+fresh install, keeping the grants on the statistics' functions and views
+and on `zk_locks`, the older views read on the 1.9 library before it, the
+revocation functions granted to nobody, `zk_waits` and `zk_sessions`
+refused (42501) to a role without `pg_read_all_stats`.
 """
 
 import os

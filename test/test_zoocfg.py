@@ -1,17 +1,17 @@
 """
-README's three-server ensemble ("Operating ZooKeeper for zklock", "An
+The manual's three-server ensemble ("Operating ZooKeeper for zklock", "An
 ensemble of three"), run as written (issue 42, point 7).
 
-The zoo.cfg block and the `echo N > .../myid` line are read from README.
+The zoo.cfg block and the `echo N > .../myid` line are read from doc/04-operations.md.
 To put the three servers on this machine, only what must differ between
 hosts is replaced: each server's clientPort, the server.N lines' host
 names and ports (zkN.example:2888:3888 -> 127.0.0.1:<free>:<free>) and
-dataDir (one directory per server); every other line is README's.  The
+dataDir (one directory per server); every other line is the manual's.  The
 servers are Debian's ZooKeeper 3.8.0 started by QuorumPeerMain as the
-harness does (README's `bin/zkServer.sh` belongs to Apache's tarball,
+harness does (the manual's `bin/zkServer.sh` belongs to Apache's tarball,
 which this machine does not have).
 
-  a  the three start, one leader and two followers (README's `srvr`
+  a  the three start, one leader and two followers (the manual's `srvr`
      check), and a backend pointed at them takes and releases a lock
 """
 
@@ -21,13 +21,13 @@ import re
 import harness
 
 TIMEOUT = 180
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
-                      'README.md')
+MANUAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
+                      'doc', '04-operations.md')
 
 
 def readme_ensemble():
-    """(zoo.cfg text, myid path) of README's ensemble example."""
-    text = open(README).read()
+    """(zoo.cfg text, myid path) of the manual's ensemble example."""
+    text = open(MANUAL).read()
     start = text.index('* **An ensemble of three.**')
     part = text[start:text.index('\n* **', start + 1)]
     blocks = re.findall(r'```(\w*)\n(.*?)```', part, re.S)
@@ -40,7 +40,7 @@ def readme_ensemble():
 
 
 class ReadmeEnsemble(harness.ZooKeeper):
-    """harness.ZooKeeper with README's zoo.cfg and myid files."""
+    """harness.ZooKeeper with the manual's zoo.cfg and myid files."""
 
     def __init__(self, cfg, myid_path, **kw):
         super().__init__(n=3, **kw)
@@ -68,7 +68,7 @@ class ReadmeEnsemble(harness.ZooKeeper):
                 cfg = cfg.replace(old, new)
             with open(os.path.join(d, 'zoo.cfg'), 'w') as f:
                 f.write(cfg)
-            # README: echo N > <dataDir>/myid
+            # the manual: echo N > <dataDir>/myid
             with open(os.path.join(data, os.path.basename(self.myid_path)),
                       'w') as f:
                 f.write('%d\n' % sid)
@@ -76,7 +76,7 @@ class ReadmeEnsemble(harness.ZooKeeper):
 
 
 def test_readme_ensemble(ctx):
-    """README's zoo.cfg and myid on three servers: one leader, two
+    """The manual's zoo.cfg and myid on three servers: one leader, two
     followers; a lock taken through all three hosts is granted on one of
     them and its node is gone after COMMIT."""
     cfg, myid = readme_ensemble()

@@ -10,6 +10,13 @@
  * numbers, sorting, the "who holds / whom to watch" decision for exclusive
  * and shared waiters, the resource-name encoding, and node-name prefixes.
  *
+ * In short: name parsing for every recipe, serial-number order across the
+ * 2^31 wrap, predecessor choice, resource encoding, node layouts, the
+ * certain deadlock through one backend's own nodes, a queue's holders and
+ * whom each waiter waits for (against the pairwise rule, and linear on
+ * 200,000 contenders), the wait-for graph of deadlock detection (blockers,
+ * wait records, cycle search, victim rule).
+ *
  * Output is TAP: one "ok K - ..." or "not ok K - ..." line per assertion,
  * the "1..N" plan at the end, and exit status 1 if anything failed.
  *
