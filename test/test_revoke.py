@@ -6,12 +6,13 @@ current holder of the lock, in the words that holder understands: a
 zklock holder's owner line gets a second line naming the requester, a
 Curator holder gets "__REVOKE__" (what Curator's Revoker writes; a lock
 made revocable gives itself up); kazoo holders and semaphore leases of
-other clients have no revocation and are not written ("not revocable").  A zklock holder with zklock.on_revoke =
-cancel (the default) gives the lock back: the statement running under it
-ends with 40001 "was revoked" naming the requester; a holder idle
-between transactions has its node deleted at once, and its next
-statement is refused; one idle in a transaction, or running code at
-COMMIT, keeps the node until its transaction ends, which fails.  With
+other clients have no revocation and are not written ("not
+revocable").  A zklock holder with zklock.on_revoke = cancel (the
+default) gives the lock back: the statement running under it ends with
+40001 "was revoked" naming the requester; a holder idle between
+transactions has its node deleted at once, and its next statement is
+refused; one idle in a transaction, or running code at COMMIT, keeps
+the node until its transaction ends, which fails.  With
 zklock.on_revoke = ignore the request is only shown: zk_lock_revoked(),
 zk_locks' revoke_requested_at and revoke_requested_by, zk_lock_queue's
 owner.  Nobody may revoke unless granted EXECUTE; with zklock.auth_file
@@ -23,17 +24,21 @@ InterProcessReadWriteLock made revocable (test/java/LockPeer.java).
 Each wait is bounded generously; the bench measures the time from the
 request to the holder's error.
 
-In short, this module checks: `zk_lock_revoke` against a zklock holder
-running a statement, in each node layout (its statement ends with 40001
-"was revoked" naming the requester, the node goes, a waiter gets the lock),
-a session-level holder (given back at once, refused until acknowledged,
-`zk_locks` says `revoked` and by whom), idle holders (given back with no
-statement of theirs), `zklock.on_revoke = ignore` (shown by
-`zk_lock_revoked()`, `zk_locks`, `zk_lock_queue`; `still held`), Curator's
-and the recipe's words written by another client, a real revocable Curator
-write lock (releases) and a kazoo holder (`unlock`, keeps it), a role
-without EXECUTE (42501), the own lock (`own`), another `auth_file` identity
-(`denied`).
+In short, this module checks: a holder running a statement, in each
+node layout (40001 "was revoked" naming the requester, the node goes, a
+waiter gets the lock); a session-level holder (given back at once,
+refused until acknowledged, zk_locks says revoked and by whom); a holder
+idle between transactions (given back with no statement of its own) and
+one idle in a transaction (still held; its COMMIT fails); a request that
+comes while the COMMIT runs a deferred trigger (no give-back under it;
+the COMMIT refused, also with verify_at_commit off); a request after the
+holder's connection broke and came back; on_revoke = ignore (shown by
+zk_lock_revoked(), zk_locks, zk_lock_queue; still held); Curator's word
+written over an ignoring holder's node (the owner line put back);
+Curator's and the recipe's words against a cancelling holder; a real
+revocable Curator write lock (releases) and a kazoo holder (not
+revocable, its data untouched); a role without EXECUTE (42501), the own
+lock (own), another auth_file identity (denied).
 """
 
 import re
