@@ -278,7 +278,8 @@ def test_reference_documents_every_function_and_setting(ctx):
     assert 'zk_lock_exclusive' in functions and 'zk_locks' in views, \
         (functions, views)
     settings = set()
-    for path in glob.glob(os.path.join(ROOT, 'src', '*.c')):
+    for path in glob.glob(os.path.join(ROOT, 'src', '**', '*.c'),
+                          recursive=True):
         with open(path, encoding='utf-8') as f:
             settings |= set(re.findall(
                 r'DefineCustom\w+Variable\(\s*"(zklock\.\w+)"', f.read()))
