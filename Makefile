@@ -3,15 +3,26 @@
 EXTENSION = zklock
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" zklock.control)
 MODULE_big = zklock
-OBJS = src/zklock.o src/guccheck.o src/auth.o src/session.o src/session_request.o \
-	src/session_cleanup.o src/session_watch.o src/session_nudge.o src/session_wait.o src/session_threads.o \
-	src/session_hosts.o src/session_expiry.o src/session_status.o src/session_log.o src/session_cancel.o \
-	src/recipe.o src/waitgraph.o src/revokeform.o \
-	src/acquire.o src/parents.o src/commitcheck.o src/semaphore.o src/lockset.o \
-	src/locktable.o src/lostreason.o src/lockrequest.o src/callorder.o src/lookonly.o src/failfast.o \
-	src/deadlock.o src/waitsearch.o src/waitrecord.o src/inspect.o src/revoke.o src/functions.o \
-	src/showtext.o src/stats.o src/statevict.o src/stats_shmem.o src/stats_pgstat.o src/waitlog.o \
-	src/curwaits.o src/cursessions.o src/version.o
+# src/<module>/: doc/08-development.md, "Architecture"
+OBJS = src/zklock.o src/guccheck.o \
+	src/session/auth.o src/session/session.o src/session/request.o \
+	src/session/cleanup.o src/session/watch.o src/session/nudge.o \
+	src/session/wait.o src/session/threads.o src/session/hosts.o \
+	src/session/expiry.o src/session/status.o src/session/log.o \
+	src/session/cancel.o src/session/cursessions.o \
+	src/recipe/recipe.o src/recipe/waitgraph.o src/recipe/revokeform.o \
+	src/recipe/statevict.o \
+	src/deadlock/deadlock.o src/deadlock/waitsearch.o \
+	src/deadlock/waitrecord.o \
+	src/acquire/acquire.o src/acquire/parents.o src/acquire/semaphore.o \
+	src/acquire/lockset.o \
+	src/xact/commitcheck.o src/xact/locktable.o src/xact/lostreason.o \
+	src/xact/lockrequest.o src/xact/callorder.o src/xact/lookonly.o \
+	src/xact/failfast.o \
+	src/monitor/showtext.o src/monitor/stats.o src/monitor/stats_shmem.o \
+	src/monitor/stats_pgstat.o src/monitor/waitlog.o \
+	src/monitor/curwaits.o src/monitor/version.o \
+	src/sql/inspect.o src/sql/revoke.o src/sql/functions.o
 # every install and update script: sql/zklock--<v>.sql, sql/zklock--<a>--<b>.sql
 DATA = $(wildcard sql/zklock--*.sql)
 
@@ -42,14 +53,14 @@ installcheck-zookeeper:
 endif
 
 # PGXS tracks no header dependencies: rebuild everything when one changes.
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard src/*.h src/*/*.h)
 # nor the version passed to the compiler: version.o is built again when
 # EXTVERSION changes (zklock.control, or EXTVERSION=... on the command line)
 VERSION_STAMP := .built-with-version
 ifneq ($(shell cat $(VERSION_STAMP) 2>/dev/null),$(EXTVERSION))
 $(shell echo '$(EXTVERSION)' > $(VERSION_STAMP))
 endif
-src/version.o: $(VERSION_STAMP)
+src/monitor/version.o: $(VERSION_STAMP)
 
 # Objects built against one PostgreSQL major must never be linked for
 # another: the tree remembers the pg_config of its last build, and a build

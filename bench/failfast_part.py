@@ -37,7 +37,7 @@ and its cluster, default settings (zklock.cancel_on_loss on) unless said:
      test_outage plays); a kazoo client notes when the server has deleted
      the node (the session expired); session timeout + 2 s after t0 a
      proxy is started again on the same port; t1 = the holder's error.
-     The loss clock (session_nudge.c: no reply from the leader for the
+     The loss clock (session/nudge.c: no reply from the leader for the
      negotiated session timeout while holding) ends the statement during
      the cut; a build without it learns only when the reconnect reports
      the session expired, after the cut, and the report says so.  20 runs

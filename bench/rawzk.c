@@ -719,7 +719,7 @@ c_delete_async(Contender *c, const char *path)
 
 /*
  * Semaphore mode, with the mutex (c->created) held, as zklock does it
- * (src/semaphore.c).  optimistic: create the lease under c->leases and
+ * (src/acquire/semaphore.c).  optimistic: create the lease under c->leases and
  * list the leases (no watch), and send the mutex's delete right behind
  * them; when they number more than the permits, give the lease back and
  * return 2 (the caller queues on the mutex again and comes back with

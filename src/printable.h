@@ -4,10 +4,10 @@
  *	  Text that came from outside the server, made safe for its log.
  *
  * Another client's node data (waitlog.c) and libzookeeper's messages
- * (session_log.c) reach the server log.  A newline in them would forge a
+ * (session/log.c) reach the server log.  A newline in them would forge a
  * log line, an escape sequence would drive the terminal of whoever reads
  * the log; PostgreSQL cleans its own application_name the same way.
- * Pure C, no PostgreSQL call: session_log.c uses it on libzookeeper's
+ * Pure C, no PostgreSQL call: session/log.c uses it on libzookeeper's
  * threads.
  *
  * src/printable.h

@@ -484,7 +484,7 @@ def test_huge_wait_records_are_bounded(ctx):
     its peak memory within 20 MB of what it was.  1.5 sent every read at
     once and kept a copy of each reply (and a second of each it read),
     about 80 MB; now at most 64 reads are in flight and a reply is kept
-    only up to 64 kB (src/deadlock_int.h, src/session.h)."""
+    only up to 64 kB (src/deadlock/deadlock_int.h, src/session/session.h)."""
     waits = ctx.root.rstrip('/') + '/%waits'
     ctx.kz.ensure_path(waits)
     blob = b'x' * 1000000

@@ -71,7 +71,7 @@ LONG = '60 seconds'             # a wait that the test ends well before
 PROMPT = 5.0                    # s: bound for a grant after the release
 QUIET = 1.0                     # s: a waiter is watched this long
 # requests a blocked waiter may send in QUIET: a ping or a wait record's
-# beat, and the idle nudges of a wait (session_nudge.c: 100, 200, 400 ms
+# beat, and the idle nudges of a wait (session/nudge.c: 100, 200, 400 ms
 # ... apart, at most 3 in any second); a poll every 100 ms would be 10
 MAX_QUIET_REQUESTS = 5
                                 # (pings: every client pings at most every

@@ -369,7 +369,7 @@ def test_locks_readable_during_outage(ctx):
 
 # What routes libzookeeper's own lines into the server log (issue 37,
 # point 8, with issue 42, point 5): at most this many a backend per
-# change of its connection (src/session_log.c's ZKSL_BURST)
+# change of its connection (src/session/log.c's ZKSL_BURST)
 ZK_LINES_PER_CHANGE = 5
 OUTAGE_S = 20
 

@@ -14,6 +14,12 @@ test, run in definition order.
     for every function of the install script, names every view, and has a
     Settings row for every zklock.* setting the library defines (and none
     other);
+  * src/ keeps its layers (doc/08-development.md, "Architecture"), by
+    grep: only src/session/ includes a ZooKeeper header, calls zoo_* or
+    includes session/session_int.h; each file includes headers of its own
+    module, of modules below it and of the top of src/; a *_int.h stays in
+    its module; src/recipe/ includes only itself and the C library; the
+    Makefile builds every .c file;
   * `dpkg-buildpackage -us -uc -b` builds postgresql-<major>-zklock in a
     temporary copy of the tree (never in the work tree), leaves that copy's
     `git status` clean, and the .deb holds the control file, the script and
@@ -278,7 +284,8 @@ def test_reference_documents_every_function_and_setting(ctx):
     assert 'zk_lock_exclusive' in functions and 'zk_locks' in views, \
         (functions, views)
     settings = set()
-    for path in glob.glob(os.path.join(ROOT, 'src', '*.c')):
+    for path in glob.glob(os.path.join(ROOT, 'src', '**', '*.c'),
+                          recursive=True):
         with open(path, encoding='utf-8') as f:
             settings |= set(re.findall(
                 r'DefineCustom\w+Variable\(\s*"(zklock\.\w+)"', f.read()))
@@ -308,6 +315,104 @@ def test_reference_documents_every_function_and_setting(ctx):
         % sorted(rows - settings))
     ctx.log('doc/01-sql-reference.md: %d functions, %d views, %d settings'
             % (len(functions), len(views), len(settings)))
+
+
+# src/'s modules, bottom up (doc/08-development.md, "Architecture"): a
+# file includes headers of its own folder and of folders below it, and the
+# headers at the top of src/ (the settings, the compatibility header).
+LAYERS = ['recipe', 'session', 'deadlock', 'monitor', 'acquire', 'xact',
+          'sql']
+# C comments, and string and character literals (kept or emptied)
+C_TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"'
+                     r"|'(?:\\.|[^'\\\n])*'", re.S)
+
+
+def c_sources():
+    """{path under src/: its text without comments (strings kept)}"""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, 'src', '**', '*.[ch]'),
+                                 recursive=True)):
+        with open(path, encoding='utf-8') as f:
+            text = f.read()
+        out[os.path.relpath(path, os.path.join(ROOT, 'src'))] = C_TOKEN.sub(
+            lambda m: m.group(0) if m.group(0)[0] in '"\'' else ' ', text)
+    return out
+
+
+def test_only_the_session_layer_calls_libzookeeper(ctx):
+    """SPEC's rule that only the session layer calls libzookeeper, by grep:
+    outside src/session/ no file includes a ZooKeeper header, calls a
+    zoo_* or zookeeper_* function (comments and strings aside) or includes
+    the layer's internal header session/session_int.h.  The check is not
+    empty: files of src/session/ do include zookeeper.h and call zoo_a*."""
+    includes, calls = {}, {}
+    for rel, text in c_sources().items():
+        includes[rel] = re.findall(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]',
+                                   text, re.M)
+        code = C_TOKEN.sub('""', text)
+        calls[rel] = set(re.findall(r'\b((?:zoo|zookeeper)_\w+)\s*\(',
+                                    code))
+    inside = lambda rel: rel.startswith('session/')
+    zk_headers = lambda incs: [i for i in incs if 'zookeeper' in i]
+    wrong = {rel: zk_headers(incs) for rel, incs in includes.items()
+             if not inside(rel) and zk_headers(incs)}
+    assert not wrong, 'ZooKeeper headers included outside src/session/: %s' \
+        % wrong
+    wrong = {rel: sorted(c) for rel, c in calls.items()
+             if not inside(rel) and c}
+    assert not wrong, 'libzookeeper called outside src/session/: %s' % wrong
+    wrong = sorted(rel for rel, incs in includes.items()
+                   if not inside(rel) and 'session/session_int.h' in incs)
+    assert not wrong, 'session/session_int.h included outside ' \
+        'src/session/: %s' % wrong
+    users = sorted(rel for rel, incs in includes.items()
+                   if inside(rel) and 'zookeeper.h' in incs)
+    callers = sorted(rel for rel, c in calls.items()
+                     if inside(rel) and any(f.startswith('zoo_a') for f in c))
+    assert users and callers, (users, callers)
+    ctx.log('libzookeeper: included by %s, zoo_a* called from %s (all in '
+            'src/session/)' % (', '.join(users), ', '.join(callers)))
+
+
+def test_modules_include_downward(ctx):
+    """src/ is layered as doc/08-development.md draws it: every file lies
+    at the top of src/ or in one of the folders of LAYERS; a file includes
+    zklock's headers only from its own folder, a folder below it or the
+    top of src/; a module's internal header (*_int.h) only from its own
+    folder; the pure code (src/recipe/) only its own headers and the C
+    library's; and the Makefile builds every .c file."""
+    makefile = read('Makefile')
+    objs = set(re.findall(r'\bsrc/([\w/]+)\.o\b', makefile))
+    for rel, text in c_sources().items():
+        folder = os.path.dirname(rel)
+        assert folder == '' or folder in LAYERS, \
+            'src/%s: in no module of LAYERS' % rel
+        if rel.endswith('.c'):
+            assert rel[:-2] in objs, 'src/%s: not in the Makefile\'s OBJS' \
+                % rel
+        for inc in re.findall(r'^\s*#\s*include\s*"([^"]+)"', text, re.M):
+            if not os.path.exists(os.path.join(ROOT, 'src', inc)):
+                assert folder != 'recipe', \
+                    'src/%s: the pure code includes "%s"' % (rel, inc)
+                continue
+            to = os.path.dirname(inc)
+            if folder == 'recipe':
+                assert to == 'recipe', \
+                    'src/%s: the pure code includes "%s"' % (rel, inc)
+            if folder and to:
+                assert LAYERS.index(to) <= LAYERS.index(folder), \
+                    'src/%s includes "%s", a module above its own' \
+                    % (rel, inc)
+            if inc.endswith('_int.h'):
+                assert to == folder, \
+                    'src/%s includes "%s", internal to src/%s/' \
+                    % (rel, inc, to)
+        if folder == 'recipe':
+            assert not re.search(r'^\s*#\s*include\s*<(?!std|string\.h)',
+                                 text, re.M), \
+                'src/%s: the pure code includes more than the C library' % rel
+    ctx.log('src/: %s, each including only its own and lower modules'
+            % ' < '.join(LAYERS + ['zklock.c']))
 
 
 @needs_debian_pg

@@ -751,7 +751,7 @@ def test_i_deadlock_search_reads_each_queue_once(ctx):
 # ---------------------------------------------------------------------------
 
 def test_j_lost_locks_leave_no_watch_entries(ctx):
-    """The watch table (session_watch.c) holds 256 entries, and a waiter
+    """The watch table (session/watch.c) holds 256 entries, and a waiter
     sets its own-node watch only while there is room.  260 times a proxied
     backend waits behind one foreign holder (so it watches its own node),
     is granted by the watches, another client deletes its node, and its
@@ -1251,7 +1251,7 @@ def test_o_record_of_an_ended_wait_closes_no_cycle(ctx):
 
 def test_p_waiter_sends_idle_nudges_at_growing_gaps(ctx):
     """A backend waiting on its watch, nothing outstanding, sends
-    exists("/") itself (session_nudge.c, the idle nudge): the first 100 ms
+    exists("/") itself (session/nudge.c, the idle nudge): the first 100 ms
     after the last request or reply on its connection, then each after
     twice the gap before, and none once the gap reaches libzookeeper's own
     ping interval (a third of the suite's 6 s session timeout: 2 s, so the

@@ -15,7 +15,7 @@ zk_status().reconnects counts one.  zklock sends requests back to back
 next create), which is what loses the wake-up; about one cycle in
 3,000-5,000 stalled before the fix.
 
-The fix is the session layer's reply nudge (src/session_nudge.c).  These
+The fix is the session layer's reply nudge (src/session/nudge.c).  These
 tests run enough cycles on a 3-server ensemble that, without it
 (zklock.reply_nudge_delay = 0), some stall is all but certain, and
 require of every cycle and every handoff a time well under the receive

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * checks.c
- *	  Property checks of src/recipe.c on arbitrary bytes (see checks.h).
+ *	  Property checks of src/recipe/recipe.c on arbitrary bytes (see checks.h).
  *
  * The expected answers come from small, deliberately naive models written
  * here from the SPEC (a regular-expression-style matcher for child names,
@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "recipe.h"
+#include "recipe/recipe.h"
 #include "checks.h"
 
 #define MAX_NAMES 512

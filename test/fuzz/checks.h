@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * checks.h
- *	  Property checks of the pure recipe code (src/recipe.c) on arbitrary
+ *	  Property checks of the pure recipe code (src/recipe/recipe.c) on arbitrary
  *	  input bytes.  Shared by the libFuzzer targets (fuzz_*.c, built with
  *	  clang by "make fuzz") and by the corpus replay program (replay.c,
  *	  built with gcc by test/unit/Makefile and run by "make test").

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * test_recipe.c
- *	  Unit tests of the pure recipe logic (src/recipe.c), run without any
+ *	  Unit tests of the pure recipe logic (src/recipe/recipe.c), run without any
  *	  PostgreSQL or ZooKeeper server.
  *
  * Covers how child names are recognised (every recipe zklock interoperates
@@ -30,10 +30,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "recipe.h"
-#include "revokeform.h"
-#include "statevict.h"
-#include "waitgraph.h"
+#include "recipe/recipe.h"
+#include "recipe/revokeform.h"
+#include "recipe/statevict.h"
+#include "recipe/waitgraph.h"
 
 static int	n_tests = 0;
 static int	n_failed = 0;
