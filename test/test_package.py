@@ -415,6 +415,40 @@ def test_modules_include_downward(ctx):
             % ' < '.join(LAYERS + ['zklock.c']))
 
 
+def test_troubleshooting_names_every_sqlstate(ctx):
+    """Every SQLSTATE zklock raises (errcode(ERRCODE_...) in src/, mapped
+    through PostgreSQL's utils/errcodes.h; warnings, class 01, left out)
+    has a row in the Troubleshooting table of doc/04-operations.md."""
+    names = set()
+    for path in glob.glob(os.path.join(ROOT, 'src', '**', '*.c'),
+                          recursive=True):
+        with open(path, encoding='utf-8') as f:
+            names |= set(re.findall(r'errcode\((ERRCODE_\w+)\)', f.read()))
+    assert 'ERRCODE_T_R_SERIALIZATION_FAILURE' in names, names
+    header = os.path.join(harness._pg_config('--includedir-server'),
+                          'utils', 'errcodes.h')
+    with open(header) as f:
+        defs = dict((m.group(1), ''.join(m.group(2).split("','")))
+                    for m in re.finditer(
+                        r"#define (ERRCODE_\w+) MAKE_SQLSTATE\('(.(?:','.){4})'\)",
+                        f.read()))
+    codes = {}
+    for n in names:
+        assert n in defs, '%s not in %s' % (n, header)
+        if not defs[n].startswith('01'):
+            codes[defs[n]] = n
+    doc = read(os.path.join('doc', '04-operations.md'))
+    rows = re.findall(r'^\| (`[0-9A-Z]{5}`(?:, `[0-9A-Z]{5}`)*) \|', doc, re.M)
+    documented = set(re.findall(r'`([0-9A-Z]{5})`', ' '.join(rows)))
+    missing = sorted('%s (%s)' % (c, n) for c, n in codes.items()
+                     if c not in documented)
+    assert not missing, ('SQLSTATEs raised in src/ without a row in the '
+                         'Troubleshooting table of doc/04-operations.md: %s'
+                         % missing)
+    ctx.log('doc/04-operations.md: %d SQLSTATEs raised, all in the table'
+            % len(codes))
+
+
 @needs_debian_pg
 def test_build_package(ctx):
     """dpkg-buildpackage -us -uc -b in a temporary copy of the tree: the
