@@ -110,6 +110,16 @@ Parts (--only takes a comma-separated list of these names):
 Writes results.md and handoffs.png (gnuplot: handoffs per second against N,
 and handoff latency) into bench/ (or --out), raw numbers in
 bench/build/results.json, and prints the summary and the targets.
+
+The code: this file reads the options and runs the parts.  Each part is
+bench/<part>_part.py: run(bench) measures into bench.results;
+targets(res), references(res), summary(res, lines) and report(res, L) give
+its rows of the targets table, of the references, of the printed summary
+and its section of results.md (the ones it has).  bench/benchlib.py holds
+what the parts share (Bench: the ZooKeeper ensemble and the PostgreSQL
+cluster, pgbench and the peers measured, mntr counters, CPU accounting;
+the statistics helpers); bench/report.py writes results.json, results.md,
+the summary and handoffs.png, and reads results.json back for --render.
 """
 import argparse
 import datetime
