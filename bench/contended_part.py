@@ -69,6 +69,12 @@ def c_ratio(c, a, b, n):
     return paired(c[a]['rate'][n], c[b]['rate'][n])
 
 
+def table_ns(c):
+    """The N of the tables: those measured, and N = 1 when the uncontended
+    part ran too."""
+    return sorted(next(iter(c.values()))['median'])
+
+
 def measured_ns(c):
     """The N of CONTENDED_NS that the run measured (none when the part
     did not run)."""
@@ -104,7 +110,7 @@ def references(res):
 def summary(res, lines):
     c = res['contended']
     if c:
-        ns = sorted(next(iter(c.values()))['median'])
+        ns = table_ns(c)
         lines.append('')
         lines.append('Contended: N clients on one lock, handoffs per second (median)')
         lines.append('  %-22s' % 'N' + ''.join('%9d' % n for n in ns))
@@ -133,7 +139,7 @@ def n_table(ns, rows):
 def report(res, L):
     c = res['contended']
     if c:
-        ns = sorted(next(iter(c.values()))['median'])
+        ns = table_ns(c)
         L.append('')
         L.append('## Contended: N clients on one lock')
         L.append('')

@@ -81,7 +81,7 @@ def write_chart(res, info, path):
         return False
     keys = ['zklock-on', 'curator', 'kazoo', 'zklock-off', 'raw-recipe']
     dat = os.path.join(BUILD, 'handoffs.dat')
-    ns = sorted(next(iter(c.values()))['median']) if c else [1, 2]
+    ns = contended_part.table_ns(c) if c else [1, 2]
     with open(dat, 'w') as f:
         f.write('# N ' + ' '.join(keys) + '\n')
         for n in ns:
@@ -89,7 +89,7 @@ def write_chart(res, info, path):
                 fmt(c[k]['median'].get(n) if k in c else None, '%.1f') for k in keys)))
     lkeys = [k for k in ('zklock-on', 'curator', 'kazoo') if k in lat]
     ldat = os.path.join(BUILD, 'latency.dat')
-    lns = sorted(lat['zklock-on']['p50_ret']) if lat else [2, 16]
+    lns = latency_part.latency_ns(lat) or [2, 16]
     with open(ldat, 'w') as f:
         # zklock: from COMMIT return; peers: from the release() call
         f.write('# N ' + ' '.join('%s_p50 %s_p99' % (k, k) for k in lkeys) + '\n')
