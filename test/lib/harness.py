@@ -82,9 +82,47 @@ def wait_until(pred, timeout, what='condition', interval=0.05):
         time.sleep(interval)
 
 
+# test/run_tests.py runs several pytest processes (lanes) side by side and
+# gives each a port range of its own below the kernel's ephemeral range
+# (32768-60999): ZKLOCK_PORT_RANGE=FIRST-LAST.  Ports are then handed out
+# in turn from that range, so that no other lane's server (nor any
+# outgoing connection, which takes an ephemeral port) can take a port
+# between its pick here and the server's bind.  Without it: port 0, the
+# kernel's pick, as a single run always did.
+_port_range = None
+_port_next = None
+_port_lock = threading.Lock()
+
+
+def _ranged_port():
+    global _port_range, _port_next
+    if _port_range is None:
+        first, last = (int(x) for x in
+                       os.environ['ZKLOCK_PORT_RANGE'].split('-'))
+        _port_range = (first, last)
+        _port_next = first
+    first, last = _port_range
+    for _ in range(last - first + 1):
+        port = _port_next
+        _port_next = first if port >= last else port + 1
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(('127.0.0.1', port))
+            return port
+        except OSError:
+            continue                    # taken (or in TIME_WAIT): the next
+        finally:
+            s.close()
+    raise RuntimeError('no free port left in ZKLOCK_PORT_RANGE=%s'
+                       % os.environ['ZKLOCK_PORT_RANGE'])
+
+
 def free_ports(count):
     """`count` distinct TCP ports that are free on 127.0.0.1 right now.
     All sockets are held open together, so the ports differ."""
+    if os.environ.get('ZKLOCK_PORT_RANGE'):
+        with _port_lock:
+            return [_ranged_port() for _ in range(count)]
     socks = []
     try:
         for _ in range(count):
