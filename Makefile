@@ -82,8 +82,12 @@ endif
 # private mount namespace covers $libdir; the system install is left
 # alone), the ASan runtime preloaded into the test clusters' postmasters;
 # reports fail the run (test/sanitize.sh).
+# The suites run in 4 pytest processes side by side, then the
+# timing-sensitive ones alone (test/run_tests.py); `make test LANES=1`
+# runs them all in one, one after the other.
 test:
-	SANITIZE="$(SANITIZE)" PG_CONFIG="$(PG_CONFIG)" bash test/run.sh
+	SANITIZE="$(SANITIZE)" PG_CONFIG="$(PG_CONFIG)" \
+	ZKLOCK_TEST_LANES="$(LANES)" bash test/run.sh
 
 # `make test` against every supported major (15, 16, 17, 18, 19), one
 # after the other; the last line sums them: "N passed, N failed".

@@ -20,7 +20,8 @@ which every other lane's new backends would load.
 
 A lane's output is kept in a file and printed whole when the lane ends
 (verbose, its slowest tests, its zklock summary, the reports of its failed
-tests, its FIGURES blocks); the solo lane prints as it runs.  At the end
+tests, its FIGURES blocks, its count as "lane N: N passed, N failed"); the
+solo lane prints as it runs.  At the end
 come one line per lane, the slowest tests of every lane, the failed tests,
 and the very last line "N passed, N failed", the sum over every lane.  A
 lane that ends without its count (it crashed, pytest could not start)
@@ -203,6 +204,10 @@ class Lane:
 
     def _read(self):
         for line in self.proc.stdout:
+            # the lane's own count: named, so that the run's sum is the
+            # only line of the form "N passed, N failed"
+            if COUNT_LINE.match(line.rstrip('\n')):
+                line = 'lane %s: %s' % (self.name, line)
             self.text.append(line)
             if self.live:
                 sys.stdout.write(line)
