@@ -1,16 +1,19 @@
 """
 pytest configuration of zklock's test suites (test/pytest.ini, `make test`).
 
-`make test` runs test/run.sh, which runs test/run_tests.py, a thin wrapper
-that runs pytest here (in test/).  After `make install` a developer can run
-pytest directly, e.g.
+`make test` runs test/run.sh, which runs test/run_tests.py: several pytest
+runs here (in test/) side by side, each over some modules (a lane), then
+the timing-sensitive modules alone.  After `make install` a developer can
+run pytest directly, e.g.
 
     cd test && /usr/bin/python3 -m pytest -k holes        # one module
     cd test && /usr/bin/python3 -m pytest test_faults.py::test_lost_create_reply_is_swept
     cd test && /usr/bin/python3 -m pytest -x --lf          # failed ones again
 
-Every run starts one standalone ZooKeeper and one PostgreSQL cluster on
-127.0.0.1 (free ports, under a fresh /tmp/zklock-test-XXXX) the first time
+Every run (every lane) starts one standalone ZooKeeper and one PostgreSQL
+cluster on 127.0.0.1 (free ports: with ZKLOCK_PORT_RANGE, set by
+run_tests.py, from the lane's own range; under a fresh
+/tmp/zklock-test-XXXX) the first time
 a test needs them, and stops everything it started, whatever happens
 (SIGTERM and SIGHUP end the run as Ctrl-C does: fixtures torn down,
 servers stopped, the count printed).  The suites:

@@ -6,7 +6,9 @@
 # scripts use them, never the build itself).  19 is tested on its beta
 # (19beta3) until a release kit replaces it: install.sh prefers a
 # release kit of a major to a beta.  MAJORS="15 18" runs some.
-# Each major's output goes to the terminal as it runs; the last lines
+# Majors run one after the other (each `make test` already runs its
+# suites in lanes side by side, test/run_tests.py, and installs into that
+# major). Each major's output goes to the terminal as it runs; the last lines
 # are one "major N: X passed, Y failed" line per major, then the sum,
 # "X passed, Y failed".  Exits non-zero if anything failed.
 set -uo pipefail

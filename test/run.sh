@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make test`: install missing packages, build and install the extension,
 # build the unit tests, then run every suite with test/run_tests.py (pytest
-# over test/, see test/conftest.py), whose last line is
+# over test/, see test/conftest.py; in lanes side by side, then the
+# timing-sensitive modules alone), whose last line is
 # "N passed, N failed".  Exits non-zero if anything failed.  Arguments go
-# to pytest (bash test/run.sh -k holes).
+# to pytest, in one pytest process (bash test/run.sh -k holes).
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
