@@ -262,6 +262,9 @@ def summary_parts(text):
     return durations, failures, skipped
 
 
+_stop = threading.Event()               # SIGTERM/SIGHUP came
+
+
 def wait_lanes(lanes, on_done):
     """Wait until every lane has ended, calling on_done(lane) as each
     does.  Ctrl-C reaches the lanes (one process group): keep waiting."""
@@ -272,6 +275,7 @@ def wait_lanes(lanes, on_done):
             time.sleep(0.5)
         except KeyboardInterrupt:
             interrupted = True
+        interrupted = interrupted or _stop.is_set()
         for lane in [l for l in pending if l.done()]:
             pending.remove(lane)
             on_done(lane)
@@ -298,7 +302,7 @@ def run_lanes(nlanes, extra_args):
         for lane in started:
             if lane.proc.poll() is None:
                 lane.proc.send_signal(signum)
-        raise KeyboardInterrupt('signal %d' % signum)
+        _stop.set()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
 
@@ -321,7 +325,7 @@ def run_lanes(nlanes, extra_args):
         print_flush(lane.output())
         print_flush('# end of lane %s' % lane.name)
     interrupted = wait_lanes(lanes, show)
-    if solo_lane is not None and not interrupted:
+    if solo_lane is not None and not interrupted and not _stop.is_set():
         print_flush('\n' + '#' * 78)
         print_flush('# %s  (alone, after the lanes; as it runs)'
                     % solo_lane.headline())
