@@ -812,6 +812,7 @@ def test_settings_defaults(ctx):
         'zklock.root': '/zklock',
         'zklock.session_locks': 'on',
         'zklock.cancel_on_loss': 'on',
+        'zklock.on_revoke': 'cancel',
         'zklock.session_timeout': '10000',
         'zklock.track_stats': 'on',
         'zklock.verify_at_commit': 'on',
