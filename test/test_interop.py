@@ -763,7 +763,10 @@ def test_compatibility_table(ctx):
                         protocol, 'took the lock' if got else 'was refused',
                         recipe))
             side.release()
-        zi.wait_contenders(res, 0)
+            # the refused tries' nodes are deleted without waiting: gone
+            # before the next recipe's non-blocking try (a 4-lane run on a
+            # loaded machine had kazoo's WriteLock meet one)
+            zi.wait_contenders(res, 0)
         assert not wrong, 'zklock vs the recipes:\n  ' + '\n  '.join(wrong)
 
 

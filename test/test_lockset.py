@@ -44,7 +44,8 @@ import psycopg2
 
 import harness
 from harness import wait_until
-from test_many import ephemerals_under, packets_received, wait_all_gone
+from test_many import (ephemerals_under, packets_received, session_requests,
+                       wait_all_gone)
 from test_multisession import expect_sqlstate, result
 from test_package import control_version
 
@@ -401,17 +402,23 @@ def test_fresh_names_requests_per_lock(ctx):
     b.query('COMMIT')
     wait_all_gone(ctx, tag, 'released at COMMIT')
 
-    one = '%s-one' % tag
-    counts = []
-    for label in ('fresh', 'warm'):
-        b.query('BEGIN')
-        before = packets_received(ctx)
-        b.query('SELECT zk_lock_exclusive(%s)', [one])
-        counts.append(packets_received(ctx) - before - 1)
-        b.query('COMMIT')
-        wait_all_gone(ctx, one, 'the single lock released')
-    ctx.figure('requests for one lock, fresh / warm', '%d / %d' % tuple(counts))
-    assert counts[0] <= counts[1] + 1, counts
+    # Counted on the backend's own session (cons), the least of three
+    # names each: the server's total also counts other clients' pings
+    # (a 4-lane run on a loaded machine met one in the window: 4 / 2), and
+    # even the session's own ping can land in one window.
+    counts = {'fresh': [], 'warm': []}
+    for i in range(3):
+        one = '%s-one-%d' % (tag, i)
+        for label in ('fresh', 'warm'):
+            b.query('BEGIN')
+            before = session_requests(ctx, b)
+            b.query('SELECT zk_lock_exclusive(%s)', [one])
+            counts[label].append(session_requests(ctx, b) - before)
+            b.query('COMMIT')
+            wait_all_gone(ctx, one, 'the single lock released')
+    fresh, warm = min(counts['fresh']), min(counts['warm'])
+    ctx.figure('requests for one lock, fresh / warm', '%d / %d' % (fresh, warm))
+    assert fresh <= warm + 1, counts
 
 
 def blocked_in_the_middle(ctx, tag, n):
