@@ -179,6 +179,24 @@ def tail(path, lines=40):
         return ''
 
 
+def _all_threads_stopped(pid):
+    """Every thread of process pid is in the stopped state (T)."""
+    try:
+        tids = os.listdir('/proc/%d/task' % pid)
+    except FileNotFoundError:
+        return False
+    for tid in tids:
+        try:
+            with open('/proc/%d/task/%s/stat' % (pid, tid)) as f:
+                # "pid (comm) S ...": the state follows the last ')'
+                state = f.read().rsplit(')', 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            continue                    # a thread that just exited
+        if state not in ('T', 't'):
+            return False
+    return True
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -462,9 +480,16 @@ class ZooKeeper:
 
     def pause(self, sid):
         """SIGSTOP one server (a freeze: connections stay open, nothing
-        answers)."""
-        self.procs[sid].send_signal(signal.SIGSTOP)
+        answers), and wait until every thread of its JVM has stopped: the
+        stop takes effect as each thread is next scheduled, and a request
+        sent meanwhile was seen answered (test_faults, on a loaded 2-core
+        machine running four lanes)."""
+        p = self.procs[sid]
+        p.send_signal(signal.SIGSTOP)
         self.paused.add(sid)
+        wait_until(lambda: _all_threads_stopped(p.pid), 10,
+                   'every thread of ZooKeeper server %d stopped' % sid,
+                   interval=0.005)
 
     def resume(self, sid):
         """SIGCONT a paused server."""
