@@ -402,10 +402,12 @@ def test_fresh_names_requests_per_lock(ctx):
     b.query('COMMIT')
     wait_all_gone(ctx, tag, 'released at COMMIT')
 
-    # Counted on the backend's own session (cons), the least of three
-    # names each: the server's total also counts other clients' pings
-    # (a 4-lane run on a loaded machine met one in the window: 4 / 2), and
-    # even the session's own ping can land in one window.
+    # Counted on the backend's own session (cons), once the held node's
+    # watch (a getData sent without waiting) is registered, the least of
+    # three names each: the server's total also counts other clients'
+    # pings, the watch's request may not have arrived when the call
+    # returns (4-lane runs met both: 4 / 2, then 4 / 2 on the session),
+    # and the session's own ping can land in one window.
     counts = {'fresh': [], 'warm': []}
     for i in range(3):
         one = '%s-one-%d' % (tag, i)
@@ -413,6 +415,9 @@ def test_fresh_names_requests_per_lock(ctx):
             b.query('BEGIN')
             before = session_requests(ctx, b)
             b.query('SELECT zk_lock_exclusive(%s)', [one])
+            [node] = ctx.zi.wait_contenders(one, 1)
+            wait_until(lambda: ctx.zk.watches_by_path().get(node.path), 10,
+                       'the held node\'s watch')
             counts[label].append(session_requests(ctx, b) - before)
             b.query('COMMIT')
             wait_all_gone(ctx, one, 'the single lock released')
