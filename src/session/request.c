@@ -749,38 +749,9 @@ held_watch_completion(int rc, const char *value, int value_len,
 void
 zks_send_held_watch(const char *path)
 {
-	ZksRequest *req = calloc(1, sizeof(ZksRequest));
-	int			zrc = ZINVALIDSTATE;
-
-	if (req == NULL || (req->path = strdup(path)) == NULL)
-	{
-		free(req);
-		zrc = ZSYSTEMERROR;
-		req = NULL;
-	}
-	else
-	{
-		req->kind = KIND_GET;
-		pthread_mutex_lock(&zks_mutex);
-		link_abandoned_locked(req);
-		pthread_mutex_unlock(&zks_mutex);
-		if (zh != NULL)
-			zrc = zoo_aget(zh, path, 1, held_watch_completion, req);
-	}
-	/* (not when nothing was sent: no completion would ever answer it) */
-	if (req != NULL &&
-		(zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR))
-		zkn_sent();
-	if (zrc == ZOK)
-		return;
 	pthread_mutex_lock(&zks_mutex);
-	/* refused before its completion was registered: nobody frees it */
-	if (req != NULL && zrc != ZMARSHALLINGERROR && zrc != ZSYSTEMERROR)
-	{
-		unlink_abandoned_locked(req);
-		free_request(req);
-	}
-	zkw_held_reply_locked(path, zrc, NULL, 0, NULL);
+	if (!zksr_reread_held_locked(path))
+		zkw_held_reply_locked(path, ZINVALIDSTATE, NULL, 0, NULL);
 	pthread_mutex_unlock(&zks_mutex);
 }
 
@@ -810,9 +781,11 @@ zksr_rewrite_locked(const char *path, const char *owner, const char *request,
 }
 
 /*
- * The same read, sent by the session watcher when a held node's data
- * changed (zks_mutex held, libzookeeper's completion thread: an async
- * call only queues the request, as the nudge thread's do).
+ * The same read, sent by the backend for a node it now holds and by the
+ * session watcher when a held node's data changed (zks_mutex held; an
+ * async call only queues the request, as the nudge thread's do, so it is
+ * made under the mutex from any thread).  False if nothing was sent: no
+ * completion will come.
  */
 bool
 zksr_reread_held_locked(const char *path)

@@ -167,7 +167,11 @@ ask_again(const char *path, ZkvAsked *a, ZksRequest **slot)
 /*
  * Wait until every node asked is gone or the deadline passes.  Each round
  * reads the remaining nodes with a data watch and sleeps until any watch
- * of this session fires: no polling, one read per node per event.
+ * of this session fires: no polling, one read per node per event.  A
+ * NONODE needs no sync before it is believed: this session wrote the
+ * request into the node (or read it after a sync), so the server
+ * answering has applied a state in which the node existed, and a node it
+ * no longer has was deleted since.
  */
 static void
 wait_released(ZkvAsked *asked, char **paths, int n, TimestampTz deadline)
