@@ -71,6 +71,7 @@ arm_locked(void)
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	InterruptPending = true;
 	cancel_out = true;
+	zks_owe_wake_locked();
 }
 
 /*

@@ -733,13 +733,17 @@ held_watch_completion(int rc, const char *value, int value_len,
 {
 	ZksRequest *req = (ZksRequest *) data;
 
+	bool		wake;
+
 	zkn_answered(rc);
 	pthread_mutex_lock(&zks_mutex);
 	zkw_held_reply_locked(req->path, rc, value, value_len, stat);
 	unlink_abandoned_locked(req);
 	free_request(req);
+	wake = zks_take_wake_locked();
 	pthread_mutex_unlock(&zks_mutex);
-	zks_wake_backend();
+	if (wake)
+		zks_wake_backend();
 }
 
 /*

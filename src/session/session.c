@@ -70,6 +70,8 @@ static uint64 watch_counter = 0;	/* watch events seen */
 uint64		zks_reconnects = 0;	/* connections re-established */
 uint64		zks_expirations = 0;	/* sessions the server declared expired */
 static bool ever_connected = false;	/* a CONNECTED event was seen */
+static bool event_waiter = false;	/* zks_wait_event sleeps */
+static bool wake_owed = false;	/* a cancel armed since the last wake */
 
 /*
  * When the handle last had no connection to any server (the handle was
@@ -123,6 +125,36 @@ void
 zks_wake_backend(void)
 {
 	SetLatch(MyLatch);
+}
+
+/*
+ * Whether the backend must be woken for what a thread just did under
+ * zks_mutex (a notification, a reply nobody waits for).  Only when a
+ * cancel was armed meanwhile (zks_owe_wake_locked), or when the backend
+ * sleeps in zks_wait_event, the one wait whose end a notification decides.
+ * A wait for a reply is woken by that reply's own completion, a wait for
+ * the connection by the session event.  Everything else would set the
+ * latch of a backend that has nothing to do with it: a lock cycle's own
+ * release makes the server notify the released node's watch, and the
+ * reply to a held node's watch arrives while the lock call has already
+ * returned; each woke an idle backend (a signal, two context switches),
+ * twice per cycle with cancel_on_loss on.  What the event changed is in
+ * the tables, where the backend looks before every decision.
+ */
+bool
+zks_take_wake_locked(void)
+{
+	bool		wake = wake_owed || event_waiter;
+
+	wake_owed = false;
+	return wake;
+}
+
+/* A cancel was armed: the backend must be woken, wherever it sleeps. */
+void
+zks_owe_wake_locked(void)
+{
+	wake_owed = true;
 }
 
 
@@ -186,6 +218,8 @@ static void
 session_watcher(zhandle_t *h, int type, int state, const char *path,
 				void *ctx)
 {
+	bool		wake;
+
 	pthread_mutex_lock(&zks_mutex);
 	if (type == ZOO_SESSION_EVENT)
 	{
@@ -226,8 +260,11 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 		/* the server spoke: the loss clock counts it (session/nudge.c) */
 		zkn_heard();
 	}
+	/* a session event always: the connect waits look at the state */
+	wake = zks_take_wake_locked() || type == ZOO_SESSION_EVENT;
 	pthread_mutex_unlock(&zks_mutex);
-	zks_wake_backend();
+	if (wake)
+		zks_wake_backend();
 }
 
 static void
@@ -725,16 +762,27 @@ zks_wait_event(ZksEventMark seen, TimestampTz deadline)
 	for (;;)
 	{
 		bool		woken;
+		bool		expired;
 
+		/*
+		 * Marked as sleeping in the same look, under the mutex the
+		 * watcher changes the counters under: an event after the look
+		 * sets the latch (zks_take_wake_locked), one before it is seen
+		 * by it.  A wait ended by an ERROR (a cancel) leaves the mark
+		 * set until the next wait ends: a few wake-ups too many, never
+		 * one too few.
+		 */
 		pthread_mutex_lock(&zks_mutex);
 		woken = (watch_counter != seen.watches ||
 				 state_counter != seen.states ||
 				 zk_state == ZOO_EXPIRED_SESSION_STATE ||
 				 zk_state == ZOO_AUTH_FAILED_STATE);
+		expired = !woken && zks_deadline_passed(deadline);
+		event_waiter = !woken && !expired;
 		pthread_mutex_unlock(&zks_mutex);
 		if (woken)
 			return true;
-		if (zks_deadline_passed(deadline))
+		if (expired)
 			return false;
 
 		/*

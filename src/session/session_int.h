@@ -56,6 +56,13 @@ zks_is_connection_loss(int zrc)
 /* Wake the backend from a completion or watcher: SetLatch only. */
 extern void zks_wake_backend(void);
 
+/*
+ * With zks_mutex held, after a change nobody waits for by a reply: must
+ * the backend be woken (a cancel armed, or zks_wait_event sleeping)?
+ */
+extern bool zks_take_wake_locked(void);
+extern void zks_owe_wake_locked(void);
+
 /* What a sleep waits for: it names the wait event (with the activity). */
 typedef enum ZksWaitKind
 {
@@ -135,6 +142,9 @@ extern void zkn_answered(int zrc);
 extern void zkn_heard(void);
 extern void zkn_connected(int negotiated_ms);
 extern void zkn_set_holding(bool holding);
+extern bool zkn_running(void);
+extern int64_t zkn_now_ns(void);
+extern void zkn_held_watch_due(int64_t due_ns);
 extern bool zkn_start(int delay_ms, size_t stack_size);
 extern void zkn_set_delay(int delay_ms);
 extern void zkn_stop(void);
@@ -183,6 +193,9 @@ extern void zkw_held_reply_locked(const char *path, int zrc,
 
 /* Send a held node's data watch; its reply goes to zkw_held_reply_locked. */
 extern void zks_send_held_watch(const char *path);
+
+/* The nudge thread sends the held nodes' watches due by now. */
+extern int64_t zkw_send_due_held_locked(int64_t now_ns);
 
 /* session/cancel.c: a held lock is gone, or the session ended. */
 extern void zksc_loss_locked(void);

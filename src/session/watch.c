@@ -71,7 +71,27 @@ typedef struct WatchedNode
 	int64		revoke_mtime;	/* when it was written (ms since 1970,
 								 * the server's clock) */
 	char		revoke_by[ZKS_REVOKE_BY_MAX];	/* its words, raw */
+	int64_t		held_due_ns;	/* a held node whose watch is not sent
+								 * yet: when it is due (zkn_now_ns());
+								 * 0 once sent */
 } WatchedNode;
+
+/*
+ * A held node's watch is sent this long after the grant, by the session's
+ * nudge thread, not at once.  Most locks of a busy job are held for a few
+ * milliseconds (lock, work, COMMIT): for them the watch would cost a
+ * request, its reply, the deletion's notification and the wake-ups of
+ * three threads per cycle -- 13 % of a lock cycle's time with
+ * cancel_on_loss on against off, measured alone (bench/failfast) -- and
+ * tell nothing the commit check does not.  A lock held longer gets its
+ * watch within this delay (plus the thread's own wake-up, which it shares
+ * with the reply nudge's), so a loss is still noticed within tens of
+ * milliseconds: the read that sets the watch also finds a node already
+ * gone (NONODE) or already asked back (its data).  Until the watch is
+ * sent the entry says spent, so the commit check confirms the node with
+ * an exists, as with cancel_on_loss off.
+ */
+#define HELD_WATCH_DELAY_MS 20
 
 /*
  * At most this many nodes at once.  The watcher looks an event's path up
@@ -200,6 +220,7 @@ zks_watch_held(const char *path, const char *owner)
 	char	   *copy = strdup(path);
 	char	   *owner_copy = owner != NULL ? strdup(owner) : NULL;
 	bool		send = false;
+	int64_t		due = 0;
 	int			i;
 
 	pthread_mutex_lock(&zks_mutex);
@@ -207,7 +228,15 @@ zks_watch_held(const char *path, const char *owner)
 	if (i < 0 && add_locked(&copy, true))
 	{
 		i = n_watched - 1;
-		send = true;
+		if (zkn_running())
+		{
+			/* sent by the nudge thread once due (HELD_WATCH_DELAY_MS) */
+			due = zkn_now_ns() + (int64_t) HELD_WATCH_DELAY_MS * 1000000;
+			watched[i].held_due_ns = due;
+			watched[i].state = ZKS_WATCH_SPENT;
+		}
+		else
+			send = true;
 	}
 	if (i >= 0 && watched[i].owner == NULL)
 	{
@@ -230,6 +259,43 @@ zks_watch_held(const char *path, const char *owner)
 	free(owner_copy);
 	if (send)
 		zks_send_held_watch(path);
+	else if (due != 0)
+		zkn_held_watch_due(due);
+}
+
+/*
+ * Send the held nodes' watches that are due by now (the nudge thread,
+ * zks_mutex held).  Returns when the next one is due, 0 if none waits.
+ * Armed before the read is queued, as zks_send_held_watch does: a commit
+ * check that reads "armed" sends its sync behind this read, whose reply
+ * is handled first.
+ */
+int64_t
+zkw_send_due_held_locked(int64_t now)
+{
+	int64_t		next = 0;
+
+	for (int i = 0; i < n_watched; i++)
+	{
+		int64_t		due = watched[i].held_due_ns;
+
+		if (due == 0)
+			continue;
+		if (due > now)
+		{
+			if (next == 0 || due < next)
+				next = due;
+			continue;
+		}
+		watched[i].held_due_ns = 0;
+		if (watched[i].state == ZKS_WATCH_DELETED)
+			continue;
+		watched[i].state = ZKS_WATCH_ARMED;
+		if (!zksr_reread_held_locked(watched[i].path))
+			zkw_held_reply_locked(watched[i].path, ZINVALIDSTATE, NULL, 0,
+								  NULL);
+	}
+	return next;
 }
 
 /*
