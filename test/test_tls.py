@@ -18,7 +18,8 @@ test_tunnel: nothing listens in clear text; locks, the commit check (the
 holder's server killed, COMMIT still succeeds) and deadlock detection
 (40P01) work through the tunnels; the tunnel killed under an idle holder
 of a session lock and started again within the session timeout costs a
-reconnect: same session, lock kept.
+reconnect: same session, lock kept; a reload of the tunnel (SIGHUP, with
+a CA file that trusts a second CA too) costs the held connection nothing.
 
 test_wrong_certificate: a tunnel to a server whose certificate another CA
 signed fails the lock call with 08001 once zklock.connect_timeout (3 s)
@@ -30,6 +31,7 @@ Figures: tunnel restart -> reconnect, server kill -> COMMIT, the
 """
 
 import logging
+import os
 import re
 import socket
 import time
@@ -212,8 +214,11 @@ def test_tunnel(ctx):
     tunnel, same session), a deadlock (one 40P01); then the tunnel killed
     under an idle holder of a session lock and started again
     TUNNEL_DOWN_S later: the holder reconnects within the session
-    timeout with the same session id, its node is the same, and another
-    backend's try-lock still fails until it unlocks."""
+    timeout with the same session id, its node is the same; the tunnel
+    reloaded (SIGHUP, a CA file with a second CA added) leaves that
+    connection alone (zk_sessions row unchanged, connected_since
+    included); another backend, through the reloaded tunnel, fails to
+    take the lock until the holder unlocks, then takes it."""
     sh = ctx.shared
     check_no_clear_text(sh)
 
@@ -284,10 +289,11 @@ def test_tunnel(ctx):
     node = wait_contenders(sh, guard, 1)[0]
 
     def session_of_a():
-        rows = o.query('SELECT state, session_id, server FROM zk_sessions '
-                       'WHERE pid = %s', [a.pid])
+        rows = o.query('SELECT state, session_id, server, connected_since '
+                       'FROM zk_sessions WHERE pid = %s', [a.pid])
         assert len(rows) == 1, rows
-        return dict(zip(('state', 'session_id', 'server'), rows[0]))
+        return dict(zip(('state', 'session_id', 'server', 'connected_since'),
+                        rows[0]))
     before = session_of_a()
     assert before['state'] == 'connected', before
     assert int(before['session_id'], 16) == node.session_id, (before, node)
@@ -319,9 +325,22 @@ def test_tunnel(ctx):
     cs = wait_contenders(sh, guard, 1)
     assert (cs[0].czxid, cs[0].session_id) == (node.czxid, node.session_id), \
         (node, cs)
+    # a reload (SIGHUP) with a CA file that trusts a second CA too, the
+    # first step of a CA rotation: the open connection stays
+    bundle = os.path.join(sh.tun.dir, 'ca-bundle.pem')
+    with open(bundle, 'w') as f:
+        for pem in (sh.certs.ca_pem, sh.certs.path('other-ca.pem')):
+            with open(pem) as src:
+                f.write(src.read())
+    t0 = time.monotonic()
+    sh.tun.reload(ca_file=bundle)
+    reload_s = time.monotonic() - t0
+    after_reload = session_of_a()
+    assert after_reload == last, (last, after_reload)
     c = backend(ctx, 'tls-try')
     try_x = 'SELECT zk_try_session_lock_exclusive(%s)'
     assert c.scalar(try_x, [guard]) is False, 'the guard was free'
+    assert session_of_a() == last, 'the reload moved the idle holder'
     a.query('SELECT zk_unlock_all()')
     assert c.scalar(try_x, [guard]) is True, 'the guard was not released'
     c.query('SELECT zk_unlock_all()')
@@ -330,6 +349,7 @@ def test_tunnel(ctx):
             % (noticed_s, restarted_s, reconnect_s, tok))
     ctx.figure('tunnel down %.1f s: idle holder reconnected after'
                % TUNNEL_DOWN_S, round(reconnect_s, 2), 's')
+    ctx.figure('tunnel reloaded (SIGHUP) in', round(reload_s, 2), 's')
     wait_contenders(sh, guard, 0)
 
 

@@ -17,9 +17,9 @@ zklock.hosts names the tunnels' local ports.
                              certificate" of test_tls)
   TlsZooKeeper(certs, n=3)   a harness.ZooKeeper whose client_ports are the
                              secure ports; four letter words go over TLS
-  Tunnels(certs, services)   one stunnel process in the foreground with a
-                             client service per server; start(), kill(),
-                             restart(), stop()
+  Tunnels(certs, targets, dir)  one stunnel process in the foreground
+                             with a client service per server; start(),
+                             reload(), kill(), stop()
 
 Everything is registered with the harness, so stop_all() stops it at exit
 whatever happens; a test stops what it started in `finally` as well.
@@ -28,6 +28,7 @@ Processes are stopped by their own pid only.
 
 import os
 import re
+import signal
 import socket
 import ssl
 import subprocess
@@ -335,6 +336,19 @@ class Tunnels:
         harness.wait_until(listening, timeout, 'stunnel %s to listen'
                            % self.name, interval=0.02)
         return self
+
+    def reload(self, ca_file=None, timeout=15):
+        """SIGHUP: stunnel reads its configuration again (optionally with
+        another CAfile) for new connections; open ones stay.  Waits until
+        the log says the new configuration was loaded."""
+        if ca_file is not None:
+            self.ca_file = ca_file
+            self._write_conf()
+        done = self.log_text().count('Configuration successful')
+        self.proc.send_signal(signal.SIGHUP)
+        harness.wait_until(
+            lambda: self.log_text().count('Configuration successful') > done,
+            timeout, 'stunnel %s to reload' % self.name, interval=0.02)
 
     def kill(self):
         """SIGKILL (a crash of the tunnel: every connection through it
