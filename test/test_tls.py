@@ -41,6 +41,7 @@ import psycopg2
 import harness
 import tunnels
 from harness import wait_until
+from test_ensemble import wait_contenders
 from test_multisession import expect_sqlstate, still_waiting, token_of
 
 TIMEOUT = 150                   # seconds per test (a pytest-timeout bound)
@@ -134,25 +135,6 @@ def status(b):
     rows = b.query('SELECT state, session_id, server, reconnects '
                    'FROM zk_status()')
     return dict(zip(('state', 'session_id', 'server', 'reconnects'), rows[0]))
-
-
-def contenders(sh, res):
-    sh.kz.retry(sh.kz.sync, '/')
-    return sh.kz.retry(sh.zi.contenders, res)
-
-
-def wait_contenders(sh, res, count, timeout=15):
-    last = []
-
-    def check():
-        last[:] = contenders(sh, res)
-        return len(last) == count
-    try:
-        wait_until(check, timeout, '%d contender(s) of %s' % (count, res),
-                   interval=0.1)
-    except TimeoutError as e:
-        raise AssertionError('%s; have %r' % (e, last)) from None
-    return last
 
 
 def plain_answer(port, timeout=2.0):
