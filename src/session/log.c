@@ -32,7 +32,8 @@
  * library's API does: every line is read, suppressed or not, and a
  * socket error ("Socket [host:port] zk retcode=-4, errno=104(Connection
  * reset by peer): ...") logged while no connection was established is
- * counted, as a reset (errno 104, ECONNRESET) or as another failure.  A
+ * counted (recipe/connfail.c reads the line), as a reset (errno 104,
+ * ECONNRESET) or as another failure.  A
  * TLS tunnel (stunnel) accepts the TCP connection and resets it when it
  * cannot reach or verify its server, where a server that is down refuses
  * (111) and one that is up but not serving closes (libzookeeper's 112):
@@ -48,7 +49,6 @@
  */
 #include "postgres.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -56,6 +56,7 @@
 #include <zookeeper.h>
 
 #include "printable.h"
+#include "recipe/connfail.h"
 #include "session/session.h"
 #include "session/session_int.h"
 
@@ -110,9 +111,8 @@ static volatile int log_level = ZKS_LOG_ERROR;
  */
 
 /*
- * A socket error line (handle_socket_error_msg: "Socket [%s] zk
- * retcode=%d, errno=%d(%s): %s"): count it.  The first error of an
- * established connection ends it and is not counted: the counts are of
+ * A socket error line (recipe/connfail.c): count it.  The first error of
+ * an established connection ends it and is not counted: the counts are of
  * connections that never reached the session handshake's answer.  The
  * CONNECTED event comes from the completion thread, a little after the
  * I/O thread finished the handshake; an error in between is counted, as
@@ -122,20 +122,13 @@ static volatile int log_level = ZKS_LOG_ERROR;
 static void
 count_failure_locked(const char *msg)
 {
-	const char *rc = strstr(msg, " zk retcode=");
-	const char *at = rc ? strstr(rc, "errno=") : NULL;
-	bool		lost;
-	int			err = 0;
+	ZkConnFailure f = zkcf_classify(msg);
 
-	if (at == NULL)
+	if (f == ZKCF_NONE)
 		return;
-	/* -4, ZCONNECTIONLOSS; a timeout (-7) logs whatever errno was left */
-	lost = strncmp(rc + strlen(" zk retcode="), "-4,", 3) == 0;
-	for (at += strlen("errno="); *at >= '0' && *at <= '9' && err < 100000; at++)
-		err = err * 10 + (*at - '0');
 	if (connected)
 		connected = false;
-	else if (lost && err == ECONNRESET)
+	else if (f == ZKCF_RESET)
 		resets_now++;
 	else
 		failures_now++;
