@@ -33,15 +33,14 @@
  * socket error ("Socket [host:port] zk retcode=-4, errno=104(Connection
  * reset by peer): ...") logged while no connection was established is
  * counted (recipe/connfail.c reads the line), as a reset (errno 104,
- * ECONNRESET) or as another failure.  A
- * TLS tunnel (stunnel) accepts the TCP connection and resets it when it
- * cannot reach or verify its server, where a server that is down refuses
- * (111) and one that is up but not serving closes (libzookeeper's 112):
- * when zks_connect gives up and every failure was a reset, its 08001
- * says so (doc/04-operations.md, "Encrypting the wire (TLS)").  The
- * counts start again at every CONNECTED event and new handle; with
- * zklock.zookeeper_log_level = off the library logs nothing and the
- * 08001 keeps its general DETAIL.
+ * ECONNRESET) or as another failure.  A TLS tunnel (stunnel) accepts the
+ * TCP connection and resets it when it cannot reach or verify its
+ * server, where a server that is down refuses (111) and one that is up
+ * but not serving closes (libzookeeper's 112): when zks_connect gives up
+ * and every failure was a reset, its 08001 says so (doc/04-operations.md,
+ * "Encrypting the wire (TLS)").  The counts start again at every
+ * CONNECTED event and new handle; with zklock.zookeeper_log_level = off
+ * the library logs nothing and the 08001 keeps its general DETAIL.
  *
  * src/session/log.c
  *
