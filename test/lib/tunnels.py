@@ -32,14 +32,15 @@ import signal
 import socket
 import ssl
 import subprocess
-import time
 
 import harness
 
-# Debian's zookeeper.jar names netty-all.jar in its manifest, which holds
-# no classes of its own: the server with NettyServerCnxnFactory needs the
-# split jars (ClassNotFoundException: io.netty.handler.codec.
-# ByteToMessageDecoder otherwise).
+# The manifest of Debian's zookeeper.jar names some of the split Netty
+# jars but not netty-codec, netty-resolver and
+# netty-transport-native-unix-common, and netty-all.jar holds no classes
+# of its own: NettyServerCnxnFactory needs them named
+# (ClassNotFoundException: io.netty.handler.codec.ByteToMessageDecoder
+# otherwise).
 TLS_CLASSPATH = ':'.join('/usr/share/java/%s.jar' % j for j in (
     'zookeeper', 'zookeeper-jute', 'slf4j-api', 'slf4j-simple',
     'netty-buffer', 'netty-codec', 'netty-common', 'netty-handler',
