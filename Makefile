@@ -11,7 +11,7 @@ OBJS = src/zklock.o src/guccheck.o \
 	src/session/expiry.o src/session/status.o src/session/log.o \
 	src/session/cancel.o src/session/cursessions.o \
 	src/recipe/recipe.o src/recipe/waitgraph.o src/recipe/revokeform.o \
-	src/recipe/statevict.o \
+	src/recipe/statevict.o src/recipe/connfail.o \
 	src/deadlock/deadlock.o src/deadlock/waitsearch.o \
 	src/deadlock/waitrecord.o \
 	src/acquire/acquire.o src/acquire/parents.o src/acquire/semaphore.o \

@@ -22,6 +22,9 @@ PACKAGES=(
                                          # never as Debian's service (below)
     postgresql-15-cron                   # test_cron: pg_cron (Debian has it for 15 only;
                                          # under the other majors test_cron is skipped)
+    stunnel4                             # test_tls: the TLS tunnel of the recipe in
+                                         # doc/04-operations.md, started by the test
+                                         # itself (no /etc/stunnel/*.conf: no service)
 )
 
 installed() {

@@ -77,7 +77,7 @@ MODULE_SECONDS = {
     'test_faults': 12, 'test_stats': 10, 'test_many': 8, 'test_version': 7,
     'test_threads': 5, 'test_zoocfg': 4, 'test_config': 4,
     'test_regress': 3, 'test_unit': 2, 'test_pooler': 2, 'test_security': 1,
-    'test_package': 1, 'test_cron': 1, 'test_revoke': 15,
+    'test_package': 1, 'test_cron': 1, 'test_revoke': 15, 'test_tls': 32,
 }
 # Modules whose time depends on the major: test_cron runs pg_cron's jobs
 # only where pg_cron is installed (Debian's 15), about 215 s there, and

@@ -28,6 +28,20 @@
  * connection comes back, the session ends or the handle closes, one line
  * says how many.  zk_status() shows the lines received and suppressed.
  *
+ * The lines also tell how connections failed, which nothing else of the
+ * library's API does: every line is read, suppressed or not, and a
+ * socket error ("Socket [host:port] zk retcode=-4, errno=104(Connection
+ * reset by peer): ...") logged while no connection was established is
+ * counted (recipe/connfail.c reads the line), as a reset (errno 104,
+ * ECONNRESET) or as another failure.  A TLS tunnel (stunnel) accepts the
+ * TCP connection and resets it when it cannot reach or verify its
+ * server, where a server that is down refuses (111) and one that is up
+ * but not serving closes (libzookeeper's 112): when zks_connect gives up
+ * and every failure was a reset, its 08001 says so (doc/04-operations.md,
+ * "Encrypting the wire (TLS)").  The counts start again at every
+ * CONNECTED event and new handle; with zklock.zookeeper_log_level = off
+ * the library logs nothing and the 08001 keeps its general DETAIL.
+ *
  * src/session/log.c
  *
  *-------------------------------------------------------------------------
@@ -41,6 +55,7 @@
 #include <zookeeper.h>
 
 #include "printable.h"
+#include "recipe/connfail.h"
 #include "session/session.h"
 #include "session/session_int.h"
 
@@ -72,6 +87,9 @@ static uint64 suppressed_now = 0;	/* lines suppressed in this connection */
 static uint64 summary_pending = 0;	/* suppressed in one that ended */
 static int64 summary_session = 0;
 static int64 current_session = 0;	/* set by the session watcher */
+static bool connected = false;	/* between CONNECTED and a socket error */
+static uint64 resets_now = 0;	/* connections reset before CONNECTED */
+static uint64 failures_now = 0; /* other socket errors before CONNECTED */
 
 /*
  * Backend only: whether libzookeeper's stream points here yet, and
@@ -90,6 +108,30 @@ static volatile int log_level = ZKS_LOG_ERROR;
  * libzookeeper).  Nothing of PostgreSQL; only zksl_mutex.
  * ----------------------------------------------------------------
  */
+
+/*
+ * A socket error line (recipe/connfail.c): count it.  The first error of
+ * an established connection ends it and is not counted: the counts are of
+ * connections that never reached the session handshake's answer.  The
+ * CONNECTED event comes from the completion thread, a little after the
+ * I/O thread finished the handshake; an error in between is counted, as
+ * a failure of a connection that the backend never saw established.
+ * Called with zksl_mutex held.
+ */
+static void
+count_failure_locked(const char *msg)
+{
+	ZkConnFailure f = zkcf_classify(msg);
+
+	if (f == ZKCF_NONE)
+		return;
+	if (connected)
+		connected = false;
+	else if (f == ZKCF_RESET)
+		resets_now++;
+	else
+		failures_now++;
+}
 
 /*
  * One line as log_message formats it: "<time>:<pid>(0x<tid>):ZOO_<LEVEL>@
@@ -116,6 +158,7 @@ admit_locked(const char *msg, size_t len)
 	ZksLogLevel level = ZKS_LOG_ERROR;
 
 	lines_received++;
+	count_failure_locked(msg);
 	/* past the budget (only error and warning lines have one), or no room */
 	if ((admitted >= ZKSL_BURST && log_level <= ZKS_LOG_WARN) ||
 		ring_count == ZKSL_RING)
@@ -212,6 +255,12 @@ zksl_session_event_locked(zhandle_t *h, int state)
 		suppressed_now = 0;
 		admitted = 0;
 	}
+	if (state == ZOO_CONNECTED_STATE)
+	{
+		connected = true;
+		resets_now = 0;
+		failures_now = 0;
+	}
 	if (id != NULL && id->client_id != 0)
 		current_session = id->client_id;
 	pthread_mutex_unlock(&zksl_mutex);
@@ -256,6 +305,9 @@ zksl_handle_opening(void)
 	pthread_mutex_lock(&zksl_mutex);
 	admitted = 0;
 	current_session = 0;
+	connected = false;
+	resets_now = 0;
+	failures_now = 0;
 	pthread_mutex_unlock(&zksl_mutex);
 }
 
@@ -281,6 +333,20 @@ zks_log_counts(uint64 *received, uint64 *suppressed)
 	pthread_mutex_lock(&zksl_mutex);
 	*received = lines_received;
 	*suppressed = lines_suppressed;
+	pthread_mutex_unlock(&zksl_mutex);
+}
+
+/*
+ * How the connections of this handle failed since it opened or last
+ * connected (see count_failure_locked); kept after the handle closed, for
+ * the error that closed it.
+ */
+void
+zksl_connect_failures(uint64 *resets, uint64 *failures)
+{
+	pthread_mutex_lock(&zksl_mutex);
+	*resets = resets_now;
+	*failures = failures_now;
 	pthread_mutex_unlock(&zksl_mutex);
 }
 

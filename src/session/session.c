@@ -712,6 +712,10 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 	{
 		char	   *hosts = pstrdup(zh_hosts);
 		TimestampTz since = zks_unreachable_since();
+		uint64		resets;
+		uint64		failures;
+
+		zksl_connect_failures(&resets, &failures);
 
 		/* never connected: do not leave threads retrying in the background */
 		if (!zh_had_session)
@@ -726,6 +730,22 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 		}
 		if (limited)
 			return false;
+
+		/*
+		 * Only resets: what a TLS tunnel does when it cannot reach or
+		 * verify its server (session/log.c).  Not given up on earlier: a
+		 * tunnel also resets while its server restarts, and the connect
+		 * timeout is the operator's bound.
+		 */
+		if (resets > 0 && failures == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+					 errmsg("could not connect to ZooKeeper ensemble \"%s\"", hosts),
+					 errdetail_plural("Every connection to \"%s\" was reset before the ZooKeeper handshake (%llu time).",
+									  "Every connection to \"%s\" was reset before the ZooKeeper handshake (%llu times).",
+									  (unsigned long) resets,
+									  hosts, (unsigned long long) resets),
+					 errhint("A TLS tunnel resets the connection when it cannot reach its server or verify its certificate: see the tunnel's log.")));
 		ereport(ERROR,
 				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 				 errmsg("could not connect to ZooKeeper ensemble \"%s\"", hosts),

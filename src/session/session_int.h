@@ -181,6 +181,9 @@ extern void zksl_session_event_locked(zhandle_t *h, int state);
 extern void zksl_handle_opening(void);
 extern void zksl_handle_closed(void);
 
+/* session/log.c: connections reset / failed otherwise since CONNECTED */
+extern void zksl_connect_failures(uint64 *resets, uint64 *failures);
+
 /* session/watch.c, from the session watcher and close_handle */
 extern void zkw_node_event_locked(int type, const char *path);
 extern void zkw_session_event_locked(int state);

@@ -272,6 +272,9 @@ class ZooKeeper:
         zk.stop()
     """
 
+    # the server's jars (a subclass may need more: test/lib/tunnels.py)
+    classpath = ZK_CLASSPATH
+
     def __init__(self, n=1, base_dir=None, tick_ms=500, min_session_ms=None,
                  max_session_ms=60000, container_check_ms=None,
                  jvm_opts=None, name='zk', force_sync=False):
@@ -372,7 +375,7 @@ class ZooKeeper:
             cmd.append('-Dznode.container.checkIntervalMs=%d'
                        % self.container_check_ms)
         cmd += self.jvm_opts
-        cmd += ['-cp', ZK_CLASSPATH,
+        cmd += ['-cp', self.classpath,
                 'org.apache.zookeeper.server.quorum.QuorumPeerMain',
                 os.path.join(self.server_dir(sid), 'zoo.cfg')]
         old = self._log_files.pop(sid, None)

@@ -33,6 +33,7 @@
 #include "recipe/recipe.h"
 #include "recipe/revokeform.h"
 #include "recipe/statevict.h"
+#include "recipe/connfail.h"
 #include "recipe/waitgraph.h"
 
 static int	n_tests = 0;
@@ -2085,6 +2086,37 @@ test_revoke_forms(void)
 			  ZKV_CURATOR_WORD) == 0, "revoke: Curator's read lock, by path");
 }
 
+/* ----------------------------------------------------------------
+ * connfail: a failed connection, from a libzookeeper log line
+ * ----------------------------------------------------------------
+ */
+static void
+test_connfail(void)
+{
+	/* 3.8.0's format, as zklock's log shows it */
+	ok(zkcf_classify("Socket 127.0.0.1:22181 zk retcode=-4, errno=104(Connection reset by peer): failed while receiving a server response") == ZKCF_RESET,
+	   "connfail: 3.8.0's reset line");
+	ok(zkcf_classify("Socket [127.0.0.1:22181] zk retcode=-4, errno=104(Connection reset by peer): failed while flushing send queue") == ZKCF_RESET,
+	   "connfail: reset, address in brackets, while sending");
+	ok(zkcf_classify("Socket 127.0.0.1:2181 zk retcode=-4, errno=111(Connection refused): server refused to accept the client") == ZKCF_OTHER,
+	   "connfail: refused is no reset");
+	ok(zkcf_classify("Socket 127.0.0.1:2181 zk retcode=-4, errno=112(Host is down): failed while receiving a server response") == ZKCF_OTHER,
+	   "connfail: a closed connection (112) is no reset");
+	ok(zkcf_classify("Socket 127.0.0.1:2181 zk retcode=-7, errno=104(Connection reset by peer): connection to 127.0.0.1:2181 timed out") == ZKCF_OTHER,
+	   "connfail: a timeout with a stale errno 104 is no reset");
+	ok(zkcf_classify("Socket 127.0.0.1:2181 zk retcode=-4, errno=1040(?): x") == ZKCF_OTHER &&
+	   zkcf_classify("Socket 127.0.0.1:2181 zk retcode=-4, errno=10(?): x") == ZKCF_OTHER,
+	   "connfail: only errno 104 itself");
+	ok(zkcf_classify("Socket 127.0.0.1:2181 zk retcode=-4, errno=") == ZKCF_OTHER &&
+	   zkcf_classify("Socket 127.0.0.1:2181 zk retcode=-4, errno=99999999999999999999104") == ZKCF_OTHER,
+	   "connfail: a cut or absurd errno is some other failure");
+	ok(zkcf_classify("initiated connection to server 127.0.0.1:2181") == ZKCF_NONE &&
+	   zkcf_classify("Socket 127.0.0.1:2181 zk retcode=-4") == ZKCF_NONE &&
+	   zkcf_classify("errno=104(Connection reset by peer)") == ZKCF_NONE &&
+	   zkcf_classify("") == ZKCF_NONE,
+	   "connfail: other lines are no failure");
+}
+
 int
 main(void)
 {
@@ -2102,6 +2134,7 @@ main(void)
 	test_semaphores();
 	test_statevict();
 	test_revoke_forms();
+	test_connfail();
 
 	printf("1..%d\n", n_tests);
 	if (n_failed > 0)
