@@ -2,7 +2,8 @@
  *
  * hosts.c
  *	  The connect string of zklock.hosts: the chroot suffix zklock
- *	  refuses, and the name of a host that does not resolve.
+ *	  refuses, the name of a host that does not resolve, and a reloaded
+ *	  list given to the running session (zks_hosts_check).
  *
  * libzookeeper resolves the hosts of the connect string inside
  * zookeeper_init, leaves out those that do not resolve, and fails when
@@ -22,7 +23,20 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <zookeeper.h>
+
 #include "session/session.h"
+#include "session/session_int.h"
+#include "zklock.h"
+
+/*
+ * The reloaded zklock.hosts last refused (malloc'd): warned about once;
+ * tried again only by a zklock call, not by every statement, since the
+ * name service that failed may be slow to fail again.
+ */
+static char *refused_hosts = NULL;
+
+static void hosts_check(bool retry);
 
 /*
  * The chroot suffix of a connect string ("host:port/some/path"), or NULL.
@@ -97,4 +111,152 @@ zks_unresolved_host(const char *hosts)
 	}
 	pfree(list);
 	return result;
+}
+
+static unsigned long long
+session_id(void)
+{
+	const clientid_t *id = zh != NULL ? zoo_client_id(zh) : NULL;
+
+	return id != NULL ? (unsigned long long) id->client_id : 0;
+}
+
+static void
+refuse(const char *hosts)
+{
+	free(refused_hosts);
+	refused_hosts = strdup(hosts);
+}
+
+/*
+ * A reloaded zklock.hosts while the session lives: the same session is
+ * moved to the new list (session/ensemble.c), whether or not locks are
+ * held; a new session would lose them.  zklock.session_timeout and
+ * zklock.auth_file cannot change on a live session (the timeout is
+ * negotiated, the identity sent, when it is created): they still wait for
+ * a zklock call made holding no lock (zks_connect).
+ *
+ * The backend keeps the zklock.hosts text it last acted on (zh_hosts)
+ * apart from the list the session uses (ensemble.c's, which following
+ * the ensemble changes): only a new text is acted on, so that an
+ * unrelated reload never undoes a followed list.
+ */
+static void
+hosts_check(bool retry)
+{
+	char	   *followed;
+	bool		not_followed;
+	uint64		version;
+	char	   *unresolved;
+	char	   *list;
+	char	   *copy;
+	size_t		len;
+	int			zrc;
+
+	if (zh == NULL || zh_hosts == NULL)
+		return;
+
+	version = zke_followed_since_report(&followed, &not_followed);
+	if (version != 0 && not_followed)
+		ereport(LOG,
+				(errmsg("zklock session 0x%llx does not follow the ZooKeeper ensemble's config version 0x%llx",
+						session_id(), (unsigned long long) version),
+				 errdetail("The ZooKeeper client library tells servers apart by their address only, and an address of \"%s\" has several ports.",
+						   followed),
+				 errhint("Give each ZooKeeper server an address of its own.")));
+	else if (version != 0)
+		ereport(LOG,
+				(errmsg("zklock session 0x%llx follows the ZooKeeper ensemble: servers now \"%s\" (config version 0x%llx)",
+						session_id(), followed,
+						(unsigned long long) version)));
+
+	if (strcmp(zh_hosts, zklock_hosts) == 0)
+		return;
+	if (!retry && refused_hosts != NULL &&
+		strcmp(refused_hosts, zklock_hosts) == 0)
+		return;
+
+	unresolved = zks_unresolved_host(zklock_hosts);
+	if (unresolved != NULL)
+	{
+		bool		warned = refused_hosts != NULL &&
+			strcmp(refused_hosts, zklock_hosts) == 0;
+
+		refuse(zklock_hosts);
+		if (!warned)
+			ereport(WARNING,
+					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+					 errmsg("zklock session 0x%llx keeps the ZooKeeper servers \"%s\"",
+							session_id(), zh_hosts),
+					 errdetail("Host \"%s\" of the reloaded \"zklock.hosts\" could not be resolved.",
+							   unresolved),
+					 errhint("Check the host names in \"zklock.hosts\" and the name service of this host.")));
+		return;
+	}
+
+	/* zoo_set_servers takes host:port pairs only: no lone "/" */
+	list = pstrdup(zklock_hosts);
+	len = strlen(list);
+	if (len > 0 && list[len - 1] == '/')
+		list[len - 1] = '\0';
+	zrc = zke_use_list(list);
+	if (zrc == ZKE_SAME_ADDRESS)
+	{
+		bool		warned = refused_hosts != NULL &&
+			strcmp(refused_hosts, zklock_hosts) == 0;
+
+		/* zh_hosts stays: the next session, made holding no lock, moves */
+		refuse(zklock_hosts);
+		if (!warned)
+			ereport(WARNING,
+					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+					 errmsg("zklock session 0x%llx keeps the ZooKeeper servers \"%s\" until it holds no lock",
+							session_id(), zh_hosts),
+					 errdetail("The ZooKeeper client library tells servers apart by their address only, and an address of the reloaded \"zklock.hosts\" \"%s\" has several ports.",
+							   list),
+					 errhint("Give each ZooKeeper server an address of its own; otherwise the new list is used by the next session, opened at a zklock call made while no lock is held.")));
+		pfree(list);
+		return;
+	}
+	if (zrc != ZOK)
+	{
+		bool		warned = refused_hosts != NULL &&
+			strcmp(refused_hosts, zklock_hosts) == 0;
+
+		refuse(zklock_hosts);
+		if (!warned)
+			ereport(WARNING,
+					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+					 errmsg("zklock session 0x%llx keeps the ZooKeeper servers \"%s\"",
+							session_id(), zh_hosts),
+					 errdetail("The ZooKeeper client refused the reloaded \"zklock.hosts\" \"%s\": %s.",
+							   list, zerror(zrc))));
+		pfree(list);
+		return;
+	}
+	pfree(list);
+	copy = strdup(zklock_hosts);
+	if (copy == NULL)
+		return;					/* acted on again at the next check */
+	free(zh_hosts);
+	zh_hosts = copy;
+	free(refused_hosts);
+	refused_hosts = NULL;
+	ereport(LOG,
+			(errmsg("zklock session 0x%llx now uses the ZooKeeper servers \"%s\"",
+					session_id(), zh_hosts),
+			 errdetail("\"zklock.hosts\" was reloaded; the session and its locks are kept.")));
+}
+
+void
+zks_hosts_check(void)
+{
+	hosts_check(false);
+}
+
+/* From zks_connect: a zklock call tries a refused list again. */
+void
+zks_hosts_check_call(void)
+{
+	hosts_check(true);
 }

@@ -46,6 +46,10 @@
  * returns, so a completion may run before its request is counted; the
  * difference is then briefly negative and is read as nothing outstanding.
  *
+ * The thread also applies the server list the ensemble publishes
+ * (session/ensemble.c says why here: zoo_set_servers resolves names on the
+ * calling thread, which must not be the completion thread).
+ *
  * The thread rule holds: this thread and the completions here call
  * nothing of PostgreSQL.  The thread is started with every signal blocked
  * (PostgreSQL's handlers assume the main thread), and it calls zoo_aexists
@@ -126,6 +130,8 @@ static bool holding = false;		/* the backend holds a lock */
 static bool declared = false;		/* lost by the clock since last_reply_ns */
 static bool heartbeat_out = false;	/* a heartbeat sync awaits its reply */
 static int64_t idle_gap_ms = IDLE_NUDGE_FIRST_MS;	/* see zkn_idle_tick */
+static bool alive = false;			/* the thread runs and takes requests */
+static bool apply_requested = false;	/* a server list to apply */
 
 static bool thread_running = false;	/* backend-only */
 static pthread_t nudge_thread;
@@ -341,6 +347,16 @@ nudge_main(void *arg)
 		int64_t		clock_wake;
 		struct timespec ts;
 
+		/* a server list the ensemble published (session/ensemble.c) */
+		if (apply_requested)
+		{
+			apply_requested = false;
+			pthread_mutex_unlock(&nudge_mutex);
+			(void) zke_apply();
+			pthread_mutex_lock(&nudge_mutex);
+			continue;
+		}
+
 		switch (clock_due_locked(now_ns(), &clock_wake))
 		{
 			case CLOCK_LOST:
@@ -459,7 +475,35 @@ zkn_start(int delay, size_t stack_size)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&attr);
 	thread_running = (rc == 0);
+	if (thread_running)
+	{
+		pthread_mutex_lock(&nudge_mutex);
+		alive = true;
+		pthread_mutex_unlock(&nudge_mutex);
+	}
 	return thread_running;
+}
+
+/*
+ * Have the thread apply the newest server list decided (any thread but
+ * the nudge thread; zks_mutex may be held).  False if there is no thread
+ * to do it: the caller applies it itself.  The thread takes it up
+ * however long its own sleep was to be (the condition is signalled).
+ */
+bool
+zkn_request_apply(void)
+{
+	bool		taken = false;
+
+	pthread_mutex_lock(&nudge_mutex);
+	if (alive && !stopping)
+	{
+		apply_requested = true;
+		pthread_cond_signal(&nudge_cond);
+		taken = true;
+	}
+	pthread_mutex_unlock(&nudge_mutex);
+	return taken;
 }
 
 /* A changed zklock.reply_nudge_delay (backend). */
@@ -484,6 +528,8 @@ zkn_stop(void)
 		return;
 	pthread_mutex_lock(&nudge_mutex);
 	stopping = true;
+	alive = false;
+	apply_requested = false;	/* the handle closes: nothing to apply */
 	pthread_cond_signal(&nudge_cond);
 	pthread_mutex_unlock(&nudge_mutex);
 	pthread_join(nudge_thread, NULL);

@@ -141,6 +141,23 @@ extern void zkn_stop(void);
 extern uint64 zkn_nudges(void);
 extern int	zkn_idle_due_ms(int ping_ms);
 extern void zkn_idle_tick(int ping_ms);
+extern bool zkn_request_apply(void);
+
+/*
+ * session/ensemble.c: the server list followed from /zookeeper/config or
+ * a reload of zklock.hosts (zoo_set_servers on the same session).
+ */
+extern int	zke_apply(void);
+/* zke_apply's code for a list libzookeeper would not tell from the old */
+#define ZKE_SAME_ADDRESS 1
+extern void zke_connected_locked(zhandle_t *h);
+extern void zke_session_opened_locked(const char *hosts);
+extern void zke_handle_closed_locked(void);
+extern int	zke_use_list(const char *list);
+extern uint64 zke_followed_since_report(char **list, bool *refused);
+
+/* session/hosts.c: zks_hosts_check from zks_connect (retries a refusal) */
+extern void zks_hosts_check_call(void);
 
 /*
  * session.c's, read by session/status.c: counts kept by the session
