@@ -153,38 +153,21 @@ resolve_entries(const char *list, ResolvedEntry *out, int *n)
 		const char *comma = strchr(p, ',');
 		size_t		len = comma ? (size_t) (comma - p) : strlen(p);
 		char		entry[512];
-		char	   *host = entry;
+		char	   *host;
 		char	   *port;
-		struct addrinfo hints;
-		struct addrinfo *res = NULL;
+		struct addrinfo *res;
 		struct addrinfo *ai;
+		int			rc;
 
 		if (len >= sizeof(entry))
 			return -1;
 		memcpy(entry, p, len);
 		entry[len] = '\0';
 		p = comma ? comma + 1 : p + len;
-		while (*host == ' ')
-			host++;
-		len = strlen(host);
-		while (len > 0 && (host[len - 1] == ' ' || host[len - 1] == '/'))
-			host[--len] = '\0';
-		if (len == 0)
-			continue;
-		port = strrchr(host, ':');
-		if (port == NULL)
-			return -1;
-		*port++ = '\0';
-		if (host[0] == '[' && host[strlen(host) - 1] == ']')
-		{
-			host[strlen(host) - 1] = '\0';
-			host++;
-		}
-		memset(&hints, 0, sizeof(hints));
-		hints.ai_family = AF_UNSPEC;
-		hints.ai_socktype = SOCK_STREAM;
-		hints.ai_protocol = IPPROTO_TCP;
-		if (getaddrinfo(host, port, &hints, &res) != 0)
+		if (strspn(entry, " /") == len)
+			continue;			/* an empty entry */
+		rc = zks_lookup_entry(entry, &host, &port, &res);
+		if (rc != 0)
 			return -1;
 		for (ai = res; ai != NULL; ai = ai->ai_next)
 		{

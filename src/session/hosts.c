@@ -54,6 +54,47 @@ zks_hosts_chroot(const char *hosts)
 }
 
 /*
+ * Look up one entry of a connect string, "host:port" or "[v6addr]:port"
+ * with blanks (and a lone trailing "/") around, as libzookeeper reads
+ * them; the entry is cut up in place (*host and *port point into it).
+ * Returns getaddrinfo's code, with *res to free on 0, or
+ * ZKS_ENTRY_MALFORMED for an entry without a port.  Plain C: also called
+ * on the threads that apply a server list (session/ensemble.c).
+ */
+int
+zks_lookup_entry(char *entry, char **host, char **port,
+				 struct addrinfo **res)
+{
+	char	   *h = entry;
+	char	   *p;
+	size_t		len;
+	struct addrinfo hints;
+
+	while (*h == ' ')
+		h++;
+	len = strlen(h);
+	while (len > 0 && (h[len - 1] == ' ' || h[len - 1] == '/'))
+		h[--len] = '\0';
+	p = strrchr(h, ':');
+	if (p == NULL)
+		return ZKS_ENTRY_MALFORMED;
+	*p++ = '\0';
+	if (h[0] == '[' && h[strlen(h) - 1] == ']')
+	{
+		h[strlen(h) - 1] = '\0';
+		h++;
+	}
+	*host = h;
+	*port = p;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_protocol = IPPROTO_TCP;
+	*res = NULL;
+	return getaddrinfo(h, p, &hints, res);
+}
+
+/*
  * The first host of the connect string that does not resolve (palloc'd),
  * or NULL if every one does.
  *
@@ -83,27 +124,13 @@ zks_unresolved_host(const char *hosts)
 	for (entry = strtok_r(list, ",", &save); entry != NULL && result == NULL;
 		 entry = strtok_r(NULL, ",", &save))
 	{
-		char	   *host = entry;
-		char	   *port = strrchr(entry, ':');
-		struct addrinfo hints;
-		struct addrinfo *res = NULL;
-		int			rc;
+		char	   *host;
+		char	   *port;
+		struct addrinfo *res;
+		int			rc = zks_lookup_entry(entry, &host, &port, &res);
 
-		while (*host == ' ')
-			host++;
-		if (port == NULL || port < host)
+		if (rc == ZKS_ENTRY_MALFORMED)
 			continue;			/* libzookeeper's own error will do */
-		*port++ = '\0';
-		if (host[0] == '[' && host[strlen(host) - 1] == ']')
-		{
-			host[strlen(host) - 1] = '\0';
-			host++;
-		}
-		memset(&hints, 0, sizeof(hints));
-		hints.ai_family = AF_UNSPEC;
-		hints.ai_socktype = SOCK_STREAM;
-		hints.ai_protocol = IPPROTO_TCP;
-		rc = getaddrinfo(host, port, &hints, &res);
 		if (rc == 0)
 			freeaddrinfo(res);
 		else if (rc != EAI_MEMORY && rc != EAI_SYSTEM)
@@ -121,11 +148,19 @@ session_id(void)
 	return id != NULL ? (unsigned long long) id->client_id : 0;
 }
 
-static void
+/*
+ * The reloaded list is refused: true the first time for this value (warn
+ * then), false when it was refused already.
+ */
+static bool
 refuse(const char *hosts)
 {
+	bool		first = refused_hosts == NULL ||
+		strcmp(refused_hosts, hosts) != 0;
+
 	free(refused_hosts);
 	refused_hosts = strdup(hosts);
+	return first;
 }
 
 /*
@@ -179,11 +214,7 @@ hosts_check(bool retry)
 	unresolved = zks_unresolved_host(zklock_hosts);
 	if (unresolved != NULL)
 	{
-		bool		warned = refused_hosts != NULL &&
-			strcmp(refused_hosts, zklock_hosts) == 0;
-
-		refuse(zklock_hosts);
-		if (!warned)
+		if (refuse(zklock_hosts))
 			ereport(WARNING,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("zklock session 0x%llx keeps the ZooKeeper servers \"%s\"",
@@ -202,12 +233,8 @@ hosts_check(bool retry)
 	zrc = zke_use_list(list);
 	if (zrc == ZKE_SAME_ADDRESS)
 	{
-		bool		warned = refused_hosts != NULL &&
-			strcmp(refused_hosts, zklock_hosts) == 0;
-
 		/* zh_hosts stays: the next session, made holding no lock, moves */
-		refuse(zklock_hosts);
-		if (!warned)
+		if (refuse(zklock_hosts))
 			ereport(WARNING,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("zklock session 0x%llx keeps the ZooKeeper servers \"%s\" until it holds no lock",
@@ -220,11 +247,7 @@ hosts_check(bool retry)
 	}
 	if (zrc != ZOK)
 	{
-		bool		warned = refused_hosts != NULL &&
-			strcmp(refused_hosts, zklock_hosts) == 0;
-
-		refuse(zklock_hosts);
-		if (!warned)
+		if (refuse(zklock_hosts))
 			ereport(WARNING,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("zklock session 0x%llx keeps the ZooKeeper servers \"%s\"",

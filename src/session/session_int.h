@@ -160,6 +160,15 @@ extern uint64 zke_followed_since_report(char **list, bool *refused);
 extern void zks_hosts_check_call(void);
 
 /*
+ * session/hosts.c: look up one "host:port" entry in place (any thread);
+ * getaddrinfo's code, or ZKS_ENTRY_MALFORMED (no port).
+ */
+#define ZKS_ENTRY_MALFORMED 1
+struct addrinfo;
+extern int	zks_lookup_entry(char *entry, char **host, char **port,
+							 struct addrinfo **res);
+
+/*
  * session.c's, read by session/status.c: counts kept by the session
  * watcher (under zks_mutex), since when there has been no connection (the
  * watcher's clock, zero tv_sec while connected; zks_gave_up_since for a

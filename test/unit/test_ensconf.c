@@ -26,25 +26,7 @@
 #include <string.h>
 
 #include "recipe/ensconf.h"
-
-static int	n_tests = 0;
-static int	n_failed = 0;
-
-static bool
-ok(bool cond, const char *fmt,...)
-{
-	va_list		ap;
-
-	n_tests++;
-	if (!cond)
-		n_failed++;
-	printf("%sok %d - ", cond ? "" : "not ", n_tests);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	return cond;
-}
+#include "tap.h"
 
 /* Parse text; check the result, the list and the version. */
 static void
@@ -57,9 +39,9 @@ expect(const char *what, const char *text, ZkecResult want,
 
 	if (!ok(r == want && strcmp(out, want_list) == 0 &&
 			version == want_version, "%s", what))
-		printf("# got result %d list \"%s\" version %llx; want %d \"%s\" %llx\n",
-			   (int) r, out, (unsigned long long) version, (int) want,
-			   want_list, (unsigned long long) want_version);
+		diag("got result %d list \"%s\" version %llx; want %d \"%s\" %llx",
+			 (int) r, out, (unsigned long long) version, (int) want,
+			 want_list, (unsigned long long) want_version);
 }
 
 int
