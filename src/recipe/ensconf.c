@@ -32,11 +32,45 @@
  *
  *-------------------------------------------------------------------------
  */
-#include <ctype.h>
 #include <string.h>
-#include <strings.h>
 
 #include "recipe/ensconf.h"
+
+/* the C locale's classes, spelled out: pure code uses no <ctype.h> */
+static bool
+is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n' ||
+		c == '\f' || c == '\v';
+}
+
+static bool
+is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static bool
+is_alnum(char c)
+{
+	return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+static char
+to_lower(char c)
+{
+	return (c >= 'A' && c <= 'Z') ? (char) (c - 'A' + 'a') : c;
+}
+
+/* n bytes equal, ignoring ASCII case (host names) */
+static bool
+equal_nocase(const char *a, const char *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (to_lower(a[i]) != to_lower(b[i]))
+			return false;
+	return true;
+}
 
 /* a longer line is no config of ZooKeeper's */
 #define LINE_MAX_LEN 1024
@@ -53,12 +87,12 @@ trim(const char *p, size_t n)
 {
 	Span		s;
 
-	while (n > 0 && isspace((unsigned char) *p))
+	while (n > 0 && is_space(*p))
 	{
 		p++;
 		n--;
 	}
-	while (n > 0 && isspace((unsigned char) p[n - 1]))
+	while (n > 0 && is_space(p[n - 1]))
 		n--;
 	s.p = p;
 	s.n = n;
@@ -80,7 +114,7 @@ valid_port(Span s)
 		return false;
 	for (size_t i = 0; i < s.n; i++)
 	{
-		if (!isdigit((unsigned char) s.p[i]))
+		if (!is_digit(s.p[i]))
 			return false;
 		v = v * 10 + (unsigned long) (s.p[i] - '0');
 	}
@@ -97,9 +131,9 @@ valid_host(Span s)
 		return s.n > 2 && s.p[s.n - 1] == ']';
 	for (size_t i = 0; i < s.n; i++)
 	{
-		unsigned char c = (unsigned char) s.p[i];
+		char		c = s.p[i];
 
-		if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == ':'))
+		if (!(is_alnum(c) || c == '.' || c == '-' || c == '_' || c == ':'))
 			return false;
 	}
 	return true;
@@ -254,9 +288,9 @@ parse_version(Span v, uint64_t *version)
 		return false;
 	for (size_t i = 0; i < v.n; i++)
 	{
-		int			c = tolower((unsigned char) v.p[i]);
+		char		c = to_lower(v.p[i]);
 
-		if (isdigit(c))
+		if (is_digit(c))
 			x = (x << 4) | (uint64_t) (c - '0');
 		else if (c >= 'a' && c <= 'f')
 			x = (x << 4) | (uint64_t) (c - 'a' + 10);
@@ -310,7 +344,7 @@ zkec_parse(const char *data, size_t len, char *out, size_t outsz,
 			ZkecResult r;
 
 			for (size_t i = 7; i < key.n; i++)
-				if (!isdigit((unsigned char) key.p[i]))
+				if (!is_digit(key.p[i]))
 					goto bad;
 			r = server_line(value, out, outsz, &used);
 			if (r == ZKEC_BAD)
@@ -359,7 +393,7 @@ in_list(const char *entry, size_t n, const char *list)
 		const char *comma = strchr(p, ',');
 		Span		e = trim(p, comma ? (size_t) (comma - p) : strlen(p));
 
-		if (e.n == n && strncasecmp(e.p, entry, n) == 0)
+		if (e.n == n && equal_nocase(e.p, entry, n))
 			return true;
 		if (comma == NULL)
 			break;
