@@ -68,6 +68,16 @@ static const struct config_enum_entry follow_ensemble_options[] = {
 	{NULL, 0, false}
 };
 
+/*
+ * In the postmaster, a reloaded value is published for the backends'
+ * sessions, which follow it even while idle (session/hostslot.c).
+ */
+static void
+assign_hosts(const char *newval, void *extra)
+{
+	zkhs_publish(newval);
+}
+
 /* the session layer keeps its own copy, read on libzookeeper's thread */
 static void
 assign_follow_ensemble(int newval, void *extra)
@@ -429,7 +439,7 @@ _PG_init(void)
 							   "127.0.0.1:2181",
 							   PGC_SUSET,
 							   0,
-							   check_hosts, NULL, NULL);
+							   check_hosts, assign_hosts, NULL);
 
 	/*
 	 * Superuser-only as zklock.hosts is: it decides which servers the
@@ -580,6 +590,7 @@ _PG_init(void)
 	zkst_init();
 	zkcw_init();
 	zkcs_init();
+	zkhs_init();
 	zkv_init();
 
 	/* did each take the value its placeholder held (guccheck.c)? */

@@ -30,6 +30,11 @@ test_reload_while_holding: a backend holding a lock whose server list
 changes (ALTER SYSTEM SET zklock.hosts, pg_reload_conf()): its next
 statement moves the same session to the new server, the lock kept; a
 list whose host does not resolve gives a WARNING and changes nothing.
+
+test_idle_holder_follows_reload: the same reload reaches a backend that
+holds a session lock and sends nothing at all (the postmaster publishes
+the file's value in shared memory, the session's nudge thread applies
+it); it survives its old server's stop with the same session.
 """
 
 import threading
@@ -346,4 +351,51 @@ def test_reload_while_holding(ctx, make_pg):
                 look.query('ALTER SYSTEM RESET zklock.hosts')
         except Exception:
             pass
+        zk.stop()
+
+
+@pytest.mark.timeout(120)
+def test_idle_holder_follows_reload(ctx, make_pg):
+    """zklock preloaded, a static ensemble: a backend that holds a session
+    lock and sends nothing follows a reload of zklock.hosts that leaves
+    its server out (the postmaster publishes the file's value, the
+    session's nudge thread applies it): it moves to a server of the new
+    list with the same session, survives its old server's stop, and
+    still holds the lock at its next command."""
+    zk = harness.ZooKeeper(n=3, distinct_hosts=True, base_dir=ctx.workdir,
+                           name='ensch-idle')
+    try:
+        zk.start(timeout=120)
+        zk.wait_synced(timeout=STEP_S)
+        s1 = zk.host_port(1)
+        new_list = '%s,%s' % (zk.host_port(2), zk.host_port(3))
+        pg = make_cluster(ctx, make_pg, 'ensch-idle', s1)
+        look = ctx.backend('ensch-look', cluster=pg, dbname=DB)
+        a = ctx.backend('ensch-idle-holder', cluster=pg, dbname=DB)
+        assert a.scalar("SELECT zk_session_lock_exclusive('guard', "
+                        "'30 seconds')") > 0
+        sid_before, server = session_row(look, a.pid)
+        assert server == s1, server
+
+        look.query("ALTER SYSTEM SET zklock.hosts = %s", [new_list])
+        t0 = time.monotonic()
+        assert look.scalar('SELECT pg_reload_conf()') is True
+        # A sends nothing: only the published reload can move it
+        wait_until(lambda: session_row(look, a.pid)[1] in
+                   new_list.split(','), STEP_S,
+                   'the idle holder on a server of the new list')
+        ctx.figure('reload -> the idle holder on a server of the new list',
+                   (time.monotonic() - t0) * 1000, 'ms', '%.0f')
+        assert not a.busy
+
+        zk.stop_server(1)
+        stopped = time.monotonic()
+        # two session timeouts with its old server gone: same session
+        wait_until(lambda: time.monotonic() - stopped > 2 * SESSION_TIMEOUT_S
+                   and session_row(look, a.pid)[0] == sid_before,
+                   STEP_S, 'two session timeouts with the session alive')
+        assert session_row(look, a.pid)[0] == sid_before
+        assert a.scalar("SELECT zk_unlock('guard')") is True
+        assert session_row(look, a.pid)[0] == sid_before
+    finally:
         zk.stop()

@@ -113,6 +113,8 @@ static uint64 reported_version = 0;
 static uint64 refused_version = 0;	/* one that could not be followed ... */
 static uint64 refused_reported = 0;	/* ... and logged */
 static uint64 deciding_version = 0;	/* the version of the newest decision */
+static bool follows_file = false;	/* zklock.hosts was the file's ... */
+static uint64 file_generation = 0;	/* ... at this generation of it */
 
 /* entries of a connect string looked at by same_address (more: not checked) */
 #define CHECK_ENTRIES 128
@@ -381,10 +383,68 @@ zke_connected_locked(zhandle_t *h)
 		read_config_locked(h);
 }
 
+/*
+ * The nudge thread, while the backend holds a lock: the configuration
+ * file's zklock.hosts changed (session/hostslot.c), and the backend's own
+ * value was the file's when it last looked: the session takes the new
+ * value now, the backend's own setting catching up at its next command.
+ */
+void
+zke_file_tick(void)
+{
+	char		value[ZKHS_HOSTS_MAX];
+	uint64		generation;
+	size_t		len;
+	bool		apply = false;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (!follows_file || zkhs_generation() == file_generation ||
+		zh == NULL || zh_closing)
+	{
+		pthread_mutex_unlock(&zks_mutex);
+		return;
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	if (!zkhs_read(value, &generation))
+		return;					/* tried again at the next tick */
+	len = strlen(value);
+	if (len > 0 && value[len - 1] == '/')
+		value[len - 1] = '\0';
+
+	pthread_mutex_lock(&zks_mutex);
+	if (follows_file && generation != file_generation && zh != NULL &&
+		!zh_closing)
+	{
+		file_generation = generation;
+		if (value[0] != '\0' &&
+			(current_list == NULL || strcmp(value, current_list) != 0))
+			apply = want_locked(value);
+	}
+	pthread_mutex_unlock(&zks_mutex);
+	if (apply)
+		(void) zke_apply();
+}
+
 /* ----------------------------------------------------------------
  * Backend side (with zks_mutex where named _locked).
  * ----------------------------------------------------------------
  */
+
+/*
+ * Is the backend's zklock.hosts the file's value now (zks_mutex held)?
+ * Noted when the session opens and whenever the backend acts on its
+ * setting; without the slot (zklock not preloaded), never.
+ */
+void
+zke_note_file_locked(const char *backend_hosts)
+{
+	char		value[ZKHS_HOSTS_MAX];
+	uint64		generation;
+
+	follows_file = zkhs_read(value, &generation) &&
+		strcmp(value, backend_hosts) == 0;
+	file_generation = follows_file ? generation : 0;
+}
 
 /* A new handle made with hosts (zks_mutex held). */
 void
@@ -414,6 +474,8 @@ zke_handle_closed_locked(void)
 	applied_version = 0;
 	report_version = reported_version = 0;
 	refused_version = refused_reported = deciding_version = 0;
+	follows_file = false;
+	file_generation = 0;
 }
 
 /* zklock.follow_ensemble's assign hook (backend). */

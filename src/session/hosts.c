@@ -265,6 +265,9 @@ hosts_check(bool retry)
 	zh_hosts = copy;
 	free(refused_hosts);
 	refused_hosts = NULL;
+	pthread_mutex_lock(&zks_mutex);
+	zke_note_file_locked(zh_hosts);
+	pthread_mutex_unlock(&zks_mutex);
 	ereport(LOG,
 			(errmsg("zklock session 0x%llx now uses the ZooKeeper servers \"%s\"",
 					session_id(), zh_hosts),

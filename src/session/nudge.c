@@ -48,7 +48,9 @@
  *
  * The thread also applies the server list the ensemble publishes
  * (session/ensemble.c says why here: zoo_set_servers resolves names on the
- * calling thread, which must not be the completion thread).
+ * calling thread, which must not be the completion thread), and, at its
+ * ticks while the backend holds a lock, a reloaded zklock.hosts that the
+ * postmaster published (session/hostslot.c).
  *
  * The thread rule holds: this thread and the completions here call
  * nothing of PostgreSQL.  The thread is started with every signal blocked
@@ -132,6 +134,7 @@ static bool heartbeat_out = false;	/* a heartbeat sync awaits its reply */
 static int64_t idle_gap_ms = IDLE_NUDGE_FIRST_MS;	/* see zkn_idle_tick */
 static bool alive = false;			/* the thread runs and takes requests */
 static bool apply_requested = false;	/* a server list to apply */
+static uint64 file_generation_seen = 0;	/* the nudge thread's own */
 
 static bool thread_running = false;	/* backend-only */
 static pthread_t nudge_thread;
@@ -357,6 +360,16 @@ nudge_main(void *arg)
 			continue;
 		}
 
+		/* a reloaded configuration file (session/hostslot.c) */
+		if (zkhs_generation() != file_generation_seen)
+		{
+			file_generation_seen = zkhs_generation();
+			pthread_mutex_unlock(&nudge_mutex);
+			zke_file_tick();
+			pthread_mutex_lock(&nudge_mutex);
+			continue;
+		}
+
 		switch (clock_due_locked(now_ns(), &clock_wake))
 		{
 			case CLOCK_LOST:
@@ -464,6 +477,7 @@ zkn_start(int delay, size_t stack_size)
 	declared = heartbeat_out = false;
 	delay_ms = delay;
 	stopping = false;
+	file_generation_seen = zkhs_generation();
 	pthread_mutex_unlock(&nudge_mutex);
 
 	if (pthread_attr_init(&attr) != 0)

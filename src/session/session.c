@@ -514,6 +514,7 @@ open_handle(void)
 	pthread_mutex_lock(&zks_mutex);
 	zh = h;
 	zke_session_opened_locked(zh_hosts);
+	zke_note_file_locked(zh_hosts);
 	/* from now on the watcher keeps the row current */
 	zkcs_claim_locked();
 	publish_locked(h);

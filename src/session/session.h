@@ -119,6 +119,14 @@ extern void zks_follow_setting(int setting);
  */
 extern void zks_hosts_check(void);
 
+/*
+ * session/hostslot.c: the configuration file's zklock.hosts in shared
+ * memory (with zklock preloaded), for idle holders; zkhs_publish is
+ * zklock.hosts' assign hook (acts in the postmaster only).
+ */
+extern void zkhs_init(void);
+extern void zkhs_publish(const char *value);
+
 /* The chroot suffix of a connect string, or NULL (session/hosts.c). */
 extern const char *zks_hosts_chroot(const char *hosts);
 

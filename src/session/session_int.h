@@ -156,6 +156,18 @@ extern void zke_handle_closed_locked(void);
 extern int	zke_use_list(const char *list);
 extern uint64 zke_followed_since_report(char **list, bool *refused);
 
+/* session/hostslot.c: the file's zklock.hosts (any thread) */
+#define ZKHS_HOSTS_MAX 1024
+extern uint64 zkhs_generation(void);
+extern bool zkhs_read(char *buf, uint64 *generation);
+
+/*
+ * session/ensemble.c: the backend notes whether its zklock.hosts is the
+ * file's (zks_mutex held); the nudge thread applies a changed file.
+ */
+extern void zke_note_file_locked(const char *backend_hosts);
+extern void zke_file_tick(void);
+
 /* session/hosts.c: zks_hosts_check from zks_connect (retries a refusal) */
 extern void zks_hosts_check_call(void);
 
