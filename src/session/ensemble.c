@@ -333,7 +333,10 @@ config_completion(int rc, const char *value, int value_len,
 		if (follow_setting == ZKS_FOLLOW_ON || auto_state > 0)
 		{
 			applied_version = version;
-			if (current_list == NULL || strcmp(list, current_list) != 0)
+			/* the same servers in another order: nothing to move */
+			if (current_list == NULL ||
+				!zkec_hosts_covered(list, current_list) ||
+				!zkec_hosts_covered(current_list, list))
 			{
 				apply = want_locked(list);
 				if (apply)
