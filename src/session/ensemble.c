@@ -281,15 +281,47 @@ zke_apply(void)
 	if (same_address(old_list, list))
 		zrc = ZKE_SAME_ADDRESS;
 	else
-		zrc = zoo_set_servers(h, list);
+	{
+		/*
+		 * Only with nothing in flight, and with zks_mutex held, under
+		 * which every request is sent (session/request.c): a move drops
+		 * the socket without failing the requests sent on it (3.8.0's
+		 * update_addrs closes it itself, and the I/O thread then connects
+		 * anew keeping them as sent), so their replies never come, and
+		 * the next reply is taken for a broken stream
+		 * (ZRUNTIMEINCONSISTENCY, "unexpected server response") that
+		 * fails a request whose create did happen.  Measured in
+		 * test_dynamic before this check.  The resolution inside
+		 * zoo_set_servers runs under the mutex: same_address has just
+		 * resolved the same names.
+		 */
+		pthread_mutex_lock(&zks_mutex);
+		if (zh != h || zh_closing)
+			zrc = ZOK;			/* the handle goes: nothing to move */
+		else if (zkn_outstanding())
+			zrc = ZKE_BUSY;
+		else
+		{
+			zrc = zoo_set_servers(h, list);
+			/* moving: wake the I/O thread now, not at its next poll */
+			if (zrc == ZOK && zoo_state(h) != ZOO_CONNECTED_STATE &&
+				zoo_aexists(h, "/zookeeper", 0, wake_completion,
+							NULL) == ZOK)
+				zkn_sent();
+		}
+		pthread_mutex_unlock(&zks_mutex);
+	}
 	free(old_list);
 
-	/* moving: wake the I/O thread now, not at its next poll timeout */
-	if (zrc == ZOK && zoo_state(h) != ZOO_CONNECTED_STATE &&
-		zoo_aexists(h, "/zookeeper", 0, wake_completion, NULL) == ZOK)
-		zkn_sent();
-
 	pthread_mutex_lock(&zks_mutex);
+	if (zrc == ZKE_BUSY)
+	{
+		/* not applied: the decision stays wanted */
+		pthread_mutex_unlock(&zks_mutex);
+		free(list);
+		pthread_mutex_unlock(&apply_mutex);
+		return zrc;
+	}
 	done_seq = seq;
 	if (zrc == ZOK)
 	{
@@ -346,7 +378,10 @@ config_completion(int rc, const char *value, int value_len,
 	}
 	pthread_mutex_unlock(&zks_mutex);
 
-	/* the nudge thread applies it; without one, this thread does */
+	/*
+	 * The nudge thread applies it; without one, this thread does, if
+	 * nothing is in flight (else the backend's next statement does).
+	 */
 	if (apply && !zkn_request_apply())
 		(void) zke_apply();
 }

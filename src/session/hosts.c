@@ -191,6 +191,10 @@ hosts_check(bool retry)
 	if (zh == NULL || zh_hosts == NULL)
 		return;
 
+	/* a list left waiting where there is no nudge thread (ensemble.c) */
+	if (!zkn_running())
+		(void) zke_apply();
+
 	version = zke_followed_since_report(&followed, &not_followed);
 	if (version != 0 && not_followed)
 		ereport(LOG,
@@ -231,6 +235,14 @@ hosts_check(bool retry)
 	if (len > 0 && list[len - 1] == '/')
 		list[len - 1] = '\0';
 	zrc = zke_use_list(list);
+	/* requests in flight: the nudge thread moves it once they are in */
+	if (zrc == ZKE_BUSY && zkn_apply_when_quiet())
+		zrc = ZOK;
+	if (zrc == ZKE_BUSY)
+	{
+		pfree(list);
+		return;					/* again at the next statement */
+	}
 	if (zrc == ZKE_SAME_ADDRESS)
 	{
 		/* zh_hosts stays: the next session, made holding no lock, moves */

@@ -134,6 +134,7 @@ static bool heartbeat_out = false;	/* a heartbeat sync awaits its reply */
 static int64_t idle_gap_ms = IDLE_NUDGE_FIRST_MS;	/* see zkn_idle_tick */
 static bool alive = false;			/* the thread runs and takes requests */
 static bool apply_requested = false;	/* a server list to apply */
+static bool apply_waiting = false;	/* ... once nothing is in flight */
 static uint64 file_generation_seen = 0;	/* the nudge thread's own */
 
 static bool thread_running = false;	/* backend-only */
@@ -202,6 +203,22 @@ zkn_heard(void)
 	pthread_mutex_unlock(&nudge_mutex);
 }
 
+/*
+ * Nothing in flight any more, and a server list waits for that
+ * (nudge_mutex held): the thread applies it now.
+ */
+static void
+quiet_locked(void)
+{
+	if (apply_waiting && sent_count - answered_count <= 0 && in_flight <= 0)
+	{
+		apply_waiting = false;
+		apply_requested = true;
+		if (cond_ready)
+			pthread_cond_signal(&nudge_cond);
+	}
+}
+
 /* A completion ran (completion thread). */
 void
 zkn_answered(int zrc)
@@ -209,7 +226,24 @@ zkn_answered(int zrc)
 	pthread_mutex_lock(&nudge_mutex);
 	answered_count++;
 	replied_locked(zrc);
+	quiet_locked();
 	pthread_mutex_unlock(&nudge_mutex);
+}
+
+/*
+ * Is a request of the session's in flight (sent, or queued, and its
+ * completion not yet run)?  With zks_mutex held, under which every
+ * request is sent and counted, the answer holds until it is released.
+ */
+bool
+zkn_outstanding(void)
+{
+	bool		busy;
+
+	pthread_mutex_lock(&nudge_mutex);
+	busy = sent_count - answered_count > 0 || in_flight > 0;
+	pthread_mutex_unlock(&nudge_mutex);
+	return busy;
 }
 
 /*
@@ -253,6 +287,7 @@ nudge_completion(int rc, const struct Stat *stat, const void *data)
 	if (answered_count < before)
 		answered_count = before;
 	replied_locked(rc);
+	quiet_locked();
 	pthread_mutex_unlock(&nudge_mutex);
 }
 
@@ -277,9 +312,10 @@ send_heartbeat(void)
 	pthread_mutex_lock(&zks_mutex);
 	if (zh != NULL && !zh_closing && zk_state == ZOO_CONNECTED_STATE)
 		zrc = zoo_async(zh, "/", heartbeat_completion, NULL);
-	pthread_mutex_unlock(&zks_mutex);
+	/* counted under zks_mutex, as every request (session/request.c) */
 	if (zrc == ZOK)
 		zkn_sent();
+	pthread_mutex_unlock(&zks_mutex);
 	return zrc == ZOK;
 }
 
@@ -353,10 +389,18 @@ nudge_main(void *arg)
 		/* a server list the ensemble published (session/ensemble.c) */
 		if (apply_requested)
 		{
+			int			zrc;
+
 			apply_requested = false;
 			pthread_mutex_unlock(&nudge_mutex);
-			(void) zke_apply();
+			zrc = zke_apply();
 			pthread_mutex_lock(&nudge_mutex);
+			/* requests in flight: again once they are answered */
+			if (zrc == ZKE_BUSY)
+			{
+				apply_waiting = true;
+				quiet_locked();
+			}
 			continue;
 		}
 
@@ -504,6 +548,38 @@ zkn_start(int delay, size_t stack_size)
  * to do it: the caller applies it itself.  The thread takes it up
  * however long its own sleep was to be (the condition is signalled).
  */
+/*
+ * The same, when the caller found requests in flight: the thread applies
+ * the list once they are all answered.  False without a thread.
+ */
+bool
+zkn_apply_when_quiet(void)
+{
+	bool		taken = false;
+
+	pthread_mutex_lock(&nudge_mutex);
+	if (alive && !stopping)
+	{
+		apply_waiting = true;
+		quiet_locked();
+		taken = true;
+	}
+	pthread_mutex_unlock(&nudge_mutex);
+	return taken;
+}
+
+/* Does the thread run (and take lists to apply)?  Any thread. */
+bool
+zkn_running(void)
+{
+	bool		running;
+
+	pthread_mutex_lock(&nudge_mutex);
+	running = alive && !stopping;
+	pthread_mutex_unlock(&nudge_mutex);
+	return running;
+}
+
 bool
 zkn_request_apply(void)
 {
@@ -543,7 +619,7 @@ zkn_stop(void)
 	pthread_mutex_lock(&nudge_mutex);
 	stopping = true;
 	alive = false;
-	apply_requested = false;	/* the handle closes: nothing to apply */
+	apply_requested = apply_waiting = false;	/* the handle closes */
 	pthread_cond_signal(&nudge_cond);
 	pthread_mutex_unlock(&nudge_mutex);
 	pthread_join(nudge_thread, NULL);

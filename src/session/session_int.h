@@ -142,6 +142,9 @@ extern uint64 zkn_nudges(void);
 extern int	zkn_idle_due_ms(int ping_ms);
 extern void zkn_idle_tick(int ping_ms);
 extern bool zkn_request_apply(void);
+extern bool zkn_apply_when_quiet(void);
+extern bool zkn_outstanding(void);
+extern bool zkn_running(void);
 
 /*
  * session/ensemble.c: the server list followed from /zookeeper/config or
@@ -150,6 +153,8 @@ extern bool zkn_request_apply(void);
 extern int	zke_apply(void);
 /* zke_apply's code for a list libzookeeper would not tell from the old */
 #define ZKE_SAME_ADDRESS 1
+/* ... and while a request is in flight: not moved, try again */
+#define ZKE_BUSY 2
 extern void zke_connected_locked(zhandle_t *h);
 extern void zke_session_opened_locked(const char *hosts);
 extern void zke_handle_closed_locked(void);
