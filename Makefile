@@ -9,9 +9,10 @@ OBJS = src/zklock.o src/guccheck.o \
 	src/session/cleanup.o src/session/watch.o src/session/nudge.o \
 	src/session/wait.o src/session/threads.o src/session/hosts.o \
 	src/session/expiry.o src/session/status.o src/session/log.o \
-	src/session/cancel.o src/session/cursessions.o \
+	src/session/cancel.o src/session/cursessions.o src/session/ensemble.o \
+	src/session/hostslot.o \
 	src/recipe/recipe.o src/recipe/waitgraph.o src/recipe/revokeform.o \
-	src/recipe/statevict.o src/recipe/connfail.o \
+	src/recipe/statevict.o src/recipe/connfail.o src/recipe/ensconf.o \
 	src/deadlock/deadlock.o src/deadlock/waitsearch.o \
 	src/deadlock/waitrecord.o \
 	src/acquire/acquire.o src/acquire/parents.o src/acquire/semaphore.o \

@@ -53,6 +53,37 @@ char	   *zklock_auth_file = NULL;
 int			zklock_reply_nudge_delay = 20;
 bool		zklock_session_locks = true;
 static int	zklock_zookeeper_log_level = ZKS_LOG_ERROR;
+static int	zklock_follow_ensemble = ZKS_FOLLOW_AUTO;
+
+static const struct config_enum_entry follow_ensemble_options[] = {
+	{"auto", ZKS_FOLLOW_AUTO, false},
+	{"on", ZKS_FOLLOW_ON, false},
+	{"off", ZKS_FOLLOW_OFF, false},
+	{"true", ZKS_FOLLOW_ON, true},
+	{"false", ZKS_FOLLOW_OFF, true},
+	{"yes", ZKS_FOLLOW_ON, true},
+	{"no", ZKS_FOLLOW_OFF, true},
+	{"1", ZKS_FOLLOW_ON, true},
+	{"0", ZKS_FOLLOW_OFF, true},
+	{NULL, 0, false}
+};
+
+/*
+ * In the postmaster, a reloaded value is published for the backends'
+ * sessions, which follow it even while idle (session/hostslot.c).
+ */
+static void
+assign_hosts(const char *newval, void *extra)
+{
+	zkhs_publish(newval);
+}
+
+/* the session layer keeps its own copy, read on libzookeeper's thread */
+static void
+assign_follow_ensemble(int newval, void *extra)
+{
+	zks_follow_setting(newval);
+}
 
 /* libzookeeper's levels; "warn" is its own word for "warning" */
 static const struct config_enum_entry zookeeper_log_level_options[] = {
@@ -224,6 +255,8 @@ zklock_process_utility(PlannedStmt *pstmt, const char *queryString,
 
 	zkl_activity();
 	zko_utility(parsetree);
+	/* a reloaded zklock.hosts moves the session now (session/hosts.c) */
+	zks_hosts_check();
 
 	/*
 	 * Before COMMIT or PREPARE TRANSACTION of a transaction block: put our
@@ -276,6 +309,8 @@ static void
 zklock_executor_start(QueryDesc *queryDesc, int eflags)
 {
 	zkl_activity();
+	/* a reloaded zklock.hosts moves the session now (session/hosts.c) */
+	zks_hosts_check();
 	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY))
 	{
 		zko_statement(queryDesc->plannedstmt);
@@ -399,12 +434,26 @@ _PG_init(void)
 
 	DefineCustomStringVariable("zklock.hosts",
 							   "ZooKeeper connect string of the ensemble that holds the locks.",
-							   "Comma-separated host:port list. Takes effect at the next lock call made while this backend holds no zklock lock.",
+							   "Comma-separated host:port list. A reload moves each backend's session to the new list at its next statement, its locks kept.",
 							   &zklock_hosts,
 							   "127.0.0.1:2181",
 							   PGC_SUSET,
 							   0,
-							   check_hosts, NULL, NULL);
+							   check_hosts, assign_hosts, NULL);
+
+	/*
+	 * Superuser-only as zklock.hosts is: it decides which servers the
+	 * sessions talk to.
+	 */
+	DefineCustomEnumVariable("zklock.follow_ensemble",
+							 "Follows the servers a dynamic reconfiguration of the ZooKeeper ensemble publishes.",
+							 "auto: follow /zookeeper/config when every host of zklock.hosts is one of its client addresses (so local TLS tunnels are kept); on: always; off: never. The same session moves to the new servers, its locks kept. Read when a session connects.",
+							 &zklock_follow_ensemble,
+							 ZKS_FOLLOW_AUTO,
+							 follow_ensemble_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, assign_follow_ensemble, NULL);
 
 	DefineCustomStringVariable("zklock.root",
 							   "ZooKeeper path under which every lock parent is created.",
@@ -541,6 +590,7 @@ _PG_init(void)
 	zkst_init();
 	zkcw_init();
 	zkcs_init();
+	zkhs_init();
 	zkv_init();
 
 	/* did each take the value its placeholder held (guccheck.c)? */

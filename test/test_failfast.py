@@ -567,3 +567,44 @@ def test_cancel_on_loss_off_learns_at_commit(ctx):
     assert b.scalar('SELECT count(*) FROM pg_class') > 0
     e = expect_sqlstate(b.submit('COMMIT'), '40001', 20, 'COMMIT')
     assert_lost(e, lost_msg(res), deleted_detail(node.path), RERUN_HINT)
+
+
+def deleted_watch_triggers(zk):
+    """Deletes that fired at least one watch, over the servers (mntr)."""
+    n = 0
+    for sid in zk.sids:
+        for line in zk.four_letter(sid, 'mntr').splitlines():
+            key, _, value = line.partition('\t')
+            if key == 'zk_cnt_node_deleted_watch_count':
+                n += int(float(value))
+    return n
+
+
+def test_short_locks_set_no_watch(ctx):
+    """Fail fast costs a short lock nothing: a held node's watch is sent
+    20 ms after the grant, not at once, so 40 lock cycles of a few
+    milliseconds each (BEGIN, lock, COMMIT) leave the server no watch to
+    fire at their deletes.  When the watch was sent at once, every
+    cycle's delete fired it (40 of 40).  A loaded machine can stretch a
+    cycle past 20 ms, so up to half may fire.  A lock held longer gets
+    its watch: the server lists it for the holder's session, and the
+    node's deletion is then noticed at once (the tests above)."""
+    b = ctx.backend('ff-short')
+    b.query('SELECT zk_lock_exclusive(%s)', ['ff-short-warm'])
+    before = deleted_watch_triggers(ctx.zk)
+    for i in range(40):
+        b.query('BEGIN')
+        b.query('SELECT zk_lock_exclusive(%s)', ['ff-short-%d' % i])
+        b.query('COMMIT')
+    for i in range(40):
+        ctx.zi.wait_contenders('ff-short-%d' % i, 0)
+    fired = deleted_watch_triggers(ctx.zk) - before
+    assert fired <= 20, '%d of 40 short cycles fired their watch' % fired
+
+    b.query('BEGIN')
+    token_of(b.submit(LOCK_X, ['ff-long', LONG]), 10)
+    [node] = ctx.zi.wait_contenders('ff-long', 1)
+    wait_until(lambda: any(node.path in ctx.zk.four_letter(sid, 'wchc')
+                           for sid in ctx.zk.sids),
+               NOTICE_S, 'the held node watched')
+    b.query('COMMIT')

@@ -1,8 +1,9 @@
 """
 The C unit tests (test/unit, built by `make -C test/unit`): test_recipe
-(hand-written cases of the pure recipe code) and test_corpus (the fuzz
-corpus, test/fuzz/corpus, replayed through the fuzz targets' property
-checks).  Both print TAP.
+(hand-written cases of the pure recipe code), test_ensconf (the
+/zookeeper/config parser zklock follows the ensemble with) and
+test_corpus (the fuzz corpus, test/fuzz/corpus, replayed through the
+fuzz targets' property checks).  Each prints TAP.
 
 Each program runs once, when this module is collected (a few
 milliseconds), and each TAP result line is one test, named by the program
@@ -25,6 +26,7 @@ USES_SERVERS = False
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = [('recipe', os.path.join(HERE, 'unit', 'test_recipe')),
+            ('ensconf', os.path.join(HERE, 'unit', 'test_ensconf')),
             ('corpus', os.path.join(HERE, 'unit', 'test_corpus'))]
 UNIT_TIMEOUT = 120
 OUTPUT_LINES = 200              # of the program's output, in a failure

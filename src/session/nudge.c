@@ -46,6 +46,12 @@
  * returns, so a completion may run before its request is counted; the
  * difference is then briefly negative and is read as nothing outstanding.
  *
+ * The thread also applies the server list the ensemble publishes
+ * (session/ensemble.c says why here: zoo_set_servers resolves names on the
+ * calling thread, which must not be the completion thread), and, at its
+ * ticks while the backend holds a lock, a reloaded zklock.hosts that the
+ * postmaster published (session/hostslot.c).
+ *
  * The thread rule holds: this thread and the completions here call
  * nothing of PostgreSQL.  The thread is started with every signal blocked
  * (PostgreSQL's handlers assume the main thread), and it calls zoo_aexists
@@ -131,6 +137,10 @@ static int64_t held_due_ns = 0;		/* the first held node's watch to send
 									 * (session/watch.c); 0: none */
 static int64_t sleeping_until = 0;	/* the thread's wake-up while it sleeps
 									 * (INT64_MAX: none); 0 while awake */
+static bool alive = false;			/* the thread runs and takes requests */
+static bool apply_requested = false;	/* a server list to apply */
+static bool apply_waiting = false;	/* ... once nothing is in flight */
+static uint64 file_generation_seen = 0;	/* the nudge thread's own */
 
 static bool thread_running = false;	/* backend-only */
 static pthread_t nudge_thread;
@@ -205,6 +215,22 @@ zkn_heard(void)
 	pthread_mutex_unlock(&nudge_mutex);
 }
 
+/*
+ * Nothing in flight any more, and a server list waits for that
+ * (nudge_mutex held): the thread applies it now.
+ */
+static void
+quiet_locked(void)
+{
+	if (apply_waiting && sent_count - answered_count <= 0 && in_flight <= 0)
+	{
+		apply_waiting = false;
+		apply_requested = true;
+		if (cond_ready)
+			pthread_cond_signal(&nudge_cond);
+	}
+}
+
 /* A completion ran (completion thread). */
 void
 zkn_answered(int zrc)
@@ -212,7 +238,24 @@ zkn_answered(int zrc)
 	pthread_mutex_lock(&nudge_mutex);
 	answered_count++;
 	replied_locked(zrc);
+	quiet_locked();
 	pthread_mutex_unlock(&nudge_mutex);
+}
+
+/*
+ * Is a request of the session's in flight (sent, or queued, and its
+ * completion not yet run)?  With zks_mutex held, under which every
+ * request is sent and counted, the answer holds until it is released.
+ */
+bool
+zkn_outstanding(void)
+{
+	bool		busy;
+
+	pthread_mutex_lock(&nudge_mutex);
+	busy = sent_count - answered_count > 0 || in_flight > 0;
+	pthread_mutex_unlock(&nudge_mutex);
+	return busy;
 }
 
 /*
@@ -254,13 +297,6 @@ zkn_set_holding(bool now_holding)
 			pthread_cond_signal(&nudge_cond);
 	}
 	pthread_mutex_unlock(&nudge_mutex);
-}
-
-/* Whether the thread runs, to send what is given to it (backend). */
-bool
-zkn_running(void)
-{
-	return thread_running;
 }
 
 /*
@@ -308,6 +344,7 @@ nudge_completion(int rc, const struct Stat *stat, const void *data)
 	if (answered_count < before)
 		answered_count = before;
 	replied_locked(rc);
+	quiet_locked();
 	pthread_mutex_unlock(&nudge_mutex);
 }
 
@@ -332,9 +369,10 @@ send_heartbeat(void)
 	pthread_mutex_lock(&zks_mutex);
 	if (zh != NULL && !zh_closing && zk_state == ZOO_CONNECTED_STATE)
 		zrc = zoo_async(zh, "/", heartbeat_completion, NULL);
-	pthread_mutex_unlock(&zks_mutex);
+	/* counted under zks_mutex, as every request (session/request.c) */
 	if (zrc == ZOK)
 		zkn_sent();
+	pthread_mutex_unlock(&zks_mutex);
 	return zrc == ZOK;
 }
 
@@ -418,6 +456,34 @@ nudge_main(void *arg)
 			pthread_mutex_lock(&nudge_mutex);
 			if (next != 0 && (held_due_ns == 0 || next < held_due_ns))
 				held_due_ns = next;
+			continue;
+		}
+
+		/* a server list the ensemble published (session/ensemble.c) */
+		if (apply_requested)
+		{
+			int			zrc;
+
+			apply_requested = false;
+			pthread_mutex_unlock(&nudge_mutex);
+			zrc = zke_apply();
+			pthread_mutex_lock(&nudge_mutex);
+			/* requests in flight: again once they are answered */
+			if (zrc == ZKE_BUSY)
+			{
+				apply_waiting = true;
+				quiet_locked();
+			}
+			continue;
+		}
+
+		/* a reloaded configuration file (session/hostslot.c) */
+		if (zkhs_generation() != file_generation_seen)
+		{
+			file_generation_seen = zkhs_generation();
+			pthread_mutex_unlock(&nudge_mutex);
+			zke_file_tick();
+			pthread_mutex_lock(&nudge_mutex);
 			continue;
 		}
 
@@ -539,6 +605,7 @@ zkn_start(int delay, size_t stack_size)
 	held_due_ns = sleeping_until = 0;
 	delay_ms = delay;
 	stopping = false;
+	file_generation_seen = zkhs_generation();
 	pthread_mutex_unlock(&nudge_mutex);
 
 	if (pthread_attr_init(&attr) != 0)
@@ -550,7 +617,67 @@ zkn_start(int delay, size_t stack_size)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&attr);
 	thread_running = (rc == 0);
+	if (thread_running)
+	{
+		pthread_mutex_lock(&nudge_mutex);
+		alive = true;
+		pthread_mutex_unlock(&nudge_mutex);
+	}
 	return thread_running;
+}
+
+/*
+ * Have the thread apply the newest server list decided (any thread but
+ * the nudge thread; zks_mutex may be held).  False if there is no thread
+ * to do it: the caller applies it itself.  The thread takes it up
+ * however long its own sleep was to be (the condition is signalled).
+ */
+/*
+ * The same, when the caller found requests in flight: the thread applies
+ * the list once they are all answered.  False without a thread.
+ */
+bool
+zkn_apply_when_quiet(void)
+{
+	bool		taken = false;
+
+	pthread_mutex_lock(&nudge_mutex);
+	if (alive && !stopping)
+	{
+		apply_waiting = true;
+		quiet_locked();
+		taken = true;
+	}
+	pthread_mutex_unlock(&nudge_mutex);
+	return taken;
+}
+
+/* Does the thread run (and take lists to apply)?  Any thread. */
+bool
+zkn_running(void)
+{
+	bool		running;
+
+	pthread_mutex_lock(&nudge_mutex);
+	running = alive && !stopping;
+	pthread_mutex_unlock(&nudge_mutex);
+	return running;
+}
+
+bool
+zkn_request_apply(void)
+{
+	bool		taken = false;
+
+	pthread_mutex_lock(&nudge_mutex);
+	if (alive && !stopping)
+	{
+		apply_requested = true;
+		pthread_cond_signal(&nudge_cond);
+		taken = true;
+	}
+	pthread_mutex_unlock(&nudge_mutex);
+	return taken;
 }
 
 /* A changed zklock.reply_nudge_delay (backend). */
@@ -575,6 +702,8 @@ zkn_stop(void)
 		return;
 	pthread_mutex_lock(&nudge_mutex);
 	stopping = true;
+	alive = false;
+	apply_requested = apply_waiting = false;	/* the handle closes */
 	pthread_cond_signal(&nudge_cond);
 	pthread_mutex_unlock(&nudge_mutex);
 	pthread_join(nudge_thread, NULL);

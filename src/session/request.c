@@ -404,17 +404,39 @@ new_request(ReqKind kind, const char *path)
 }
 
 /*
+ * Every request is sent, and counted by the reply nudge, under zks_mutex:
+ * holding it, session/ensemble.c can tell that nothing is in flight and
+ * none is being sent before it moves the connection (libzookeeper 3.8.0
+ * loses track of requests in flight when zoo_set_servers moves it).  An
+ * async call only queues the request, so the mutex is held briefly.
+ * SEND(req, call) locks, makes the call (or refuses it without a handle)
+ * and hands the code to sent_locked, which counts and unlocks.
+ */
+#define SEND(req, call) \
+	(pthread_mutex_lock(&zks_mutex), \
+	 sent_locked((req), zh == NULL ? ZINVALIDSTATE : (call)))
+
+static ZksRequest *sent(ZksRequest *req, int zrc);
+
+static ZksRequest *
+sent_locked(ZksRequest *req, int zrc)
+{
+	/* (a marshalling or system error may still run the completion) */
+	if (zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
+		zkn_sent();
+	pthread_mutex_unlock(&zks_mutex);
+	return sent(req, zrc);
+}
+
+/*
  * A call that libzookeeper refused outright gets no completion: record the
- * outcome as if it had been the reply.
+ * outcome as if it had been the reply (zks_mutex not held; counted).
  */
 static ZksRequest *
 sent(ZksRequest *req, int zrc)
 {
 	ZksRequest *done;
 
-	/* (a marshalling or system error may still run the completion) */
-	if (zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
-		zkn_sent();
 	if (zrc == ZOK)
 		return req;
 
@@ -466,9 +488,7 @@ zks_send_create(const char *path, const char *data, int datalen,
 	zmode = mode == ZKS_EPHEMERAL_SEQUENTIAL ? ZOO_EPHEMERAL_SEQUENTIAL :
 		mode == ZKS_EPHEMERAL ? ZOO_EPHEMERAL :
 		mode == ZKS_PERSISTENT ? ZOO_PERSISTENT : ZOO_CONTAINER;
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_acreate2(zh, path, data, datalen,
+	return SEND(req, zoo_acreate2(zh, path, data, datalen,
 								  zks_create_acl(),
 								  zmode, create_completion, req));
 }
@@ -478,9 +498,7 @@ zks_send_children(const char *path, bool watch)
 {
 	ZksRequest *req = new_request(KIND_CHILDREN, path);
 
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_aget_children(zh, path, watch ? 1 : 0,
+	return SEND(req, zoo_aget_children(zh, path, watch ? 1 : 0,
 									   children_completion, req));
 }
 
@@ -489,9 +507,7 @@ zks_send_exists(const char *path, bool watch)
 {
 	ZksRequest *req = new_request(KIND_EXISTS, path);
 
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_aexists(zh, path, watch ? 1 : 0, exists_completion, req));
+	return SEND(req, zoo_aexists(zh, path, watch ? 1 : 0, exists_completion, req));
 }
 
 /*
@@ -503,9 +519,7 @@ zks_send_set(const char *path, const char *data, int len, int version)
 {
 	ZksRequest *req = new_request(KIND_EXISTS, path);
 
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_aset(zh, path, data, len, version, exists_completion,
+	return SEND(req, zoo_aset(zh, path, data, len, version, exists_completion,
 							  req));
 }
 
@@ -514,7 +528,6 @@ zks_send_checks(const char *const *paths, int n, int *taken)
 {
 	ZksRequest *req = new_request(KIND_MULTI, paths[0]);
 	zoo_op_t   *ops;
-	int			zrc;
 
 	*taken = zkt_batch_fit(paths, n);
 	ops = malloc(*taken * sizeof(zoo_op_t));
@@ -531,12 +544,10 @@ zks_send_checks(const char *const *paths, int n, int *taken)
 		zoo_check_op_init(&ops[i], paths[i], -1);
 
 	/* the request is serialized here: ops need not outlive the call */
-	if (zh == NULL)
-		zrc = ZINVALIDSTATE;
-	else
-		zrc = zoo_amulti(zh, *taken, ops, req->results, multi_completion, req);
+	req = SEND(req, zoo_amulti(zh, *taken, ops, req->results,
+							   multi_completion, req));
 	free(ops);
-	return sent(req, zrc);
+	return req;
 }
 
 /* ZooKeeper's opcode createContainer (OpCode.java; proto.h is not installed) */
@@ -560,7 +571,6 @@ zks_send_containers(const char *const *paths, int n, int *taken)
 	size_t		longest = 0;
 	size_t		bytes = 0;
 	int			fit = 0;
-	int			zrc;
 
 	while (fit < n && fit < BATCH_MAX_OPS)
 	{
@@ -601,12 +611,10 @@ zks_send_containers(const char *const *paths, int n, int *taken)
 		 */
 		ops[i].type = ZKS_CREATE_CONTAINER_OP;
 	}
-	if (zh == NULL)
-		zrc = ZINVALIDSTATE;
-	else
-		zrc = zoo_amulti(zh, fit, ops, req->results, multi_completion, req);
+	req = SEND(req, zoo_amulti(zh, fit, ops, req->results, multi_completion,
+							   req));
 	free(ops);
-	return sent(req, zrc);
+	return req;
 }
 
 /*
@@ -624,7 +632,6 @@ zks_send_creates(const char *const *paths, int n, const char *data,
 	size_t		longest = 0;
 	size_t		bytes = 0;
 	int			fit = 0;
-	int			zrc;
 
 	while (fit < n && fit < BATCH_MAX_OPS)
 	{
@@ -676,13 +683,10 @@ zks_send_creates(const char *const *paths, int n, const char *data,
 						   ZOO_EPHEMERAL_SEQUENTIAL,
 						   req->names + (size_t) i * req->name_len,
 						   req->name_len);
-	if (zh == NULL)
-		zrc = ZINVALIDSTATE;
-	else
-		zrc = zoo_amulti(zh, fit, ops, req->results, multi_create_completion,
-						 req);
+	req = SEND(req, zoo_amulti(zh, fit, ops, req->results,
+							   multi_create_completion, req));
 	free(ops);
-	return sent(req, zrc);
+	return req;
 }
 
 char *
@@ -717,9 +721,7 @@ zks_send_watch_data(const char *path)
 	 * would stay for the life of the session and be re-sent at every
 	 * reconnect).  The client registers it only on success as well.
 	 */
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_aget(zh, path, 1, get_completion, req));
+	return SEND(req, zoo_aget(zh, path, 1, get_completion, req));
 }
 
 /*
@@ -827,9 +829,7 @@ zks_send_get(const char *path)
 {
 	ZksRequest *req = new_request(KIND_GET, path);
 
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_aget(zh, path, 0, get_completion, req));
+	return SEND(req, zoo_aget(zh, path, 0, get_completion, req));
 }
 
 ZksRequest *
@@ -837,9 +837,7 @@ zks_send_sync(const char *path)
 {
 	ZksRequest *req = new_request(KIND_SYNC, path);
 
-	if (zh == NULL)
-		return sent(req, ZINVALIDSTATE);
-	return sent(req, zoo_async(zh, path, sync_completion, req));
+	return SEND(req, zoo_async(zh, path, sync_completion, req));
 }
 
 ZksRc

@@ -240,6 +240,8 @@ session_watcher(zhandle_t *h, int type, int state, const char *path,
 				zks_reconnects++;
 			ever_connected = true;
 			zkt_resubmit_tasks_locked();
+			/* the ensemble's membership, read again (session/ensemble.c) */
+			zke_connected_locked(h);
 		}
 		else if (state == ZOO_EXPIRED_SESSION_STATE ||
 				 state == ZOO_AUTH_FAILED_STATE)
@@ -315,6 +317,7 @@ close_handle(void)
 	zkt_free_all_tasks_locked();
 	zksr_free_abandoned_locked();
 	zkw_forget_all_locked();
+	zke_handle_closed_locked();
 	/* no session: no row in zk_sessions (see zks_connect for "failed") */
 	zkcs_release_locked();
 	pthread_mutex_unlock(&zks_mutex);
@@ -547,6 +550,8 @@ open_handle(void)
 	 */
 	pthread_mutex_lock(&zks_mutex);
 	zh = h;
+	zke_session_opened_locked(zh_hosts);
+	zke_note_file_locked(zh_hosts);
 	/* from now on the watcher keeps the row current */
 	zkcs_claim_locked();
 	publish_locked(h);
@@ -685,6 +690,13 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 		(strcmp(zh_hosts, zklock_hosts) != 0 ||
 		 zh_timeout != zklock_session_timeout || auth_changed()))
 		close_handle();
+
+	/*
+	 * Under held locks, a changed zklock.hosts alone moves the same
+	 * session (session/hosts.c); the other settings wait.
+	 */
+	if (zh != NULL)
+		zks_hosts_check_call();
 
 	if (zh == NULL)
 		open_handle();

@@ -66,6 +66,8 @@ typedef struct ZksStat
  * so the caller can report its own timeout.  If may_reconnect, a session
  * whose settings (zklock.hosts, zklock.session_timeout, zklock.auth)
  * changed is replaced; the caller passes true only while it holds no lock.
+ * Otherwise a changed zklock.hosts alone moves the same session to the
+ * new servers (zks_hosts_check).
  */
 extern bool zks_connect(bool may_reconnect, TimestampTz limit);
 
@@ -94,6 +96,36 @@ extern TimestampTz zks_unreachable_since(void);
  */
 extern bool zks_session_expiry(int64 session_id, TimestampTz *at,
 							   TimestampTz *unreachable_since);
+
+/*
+ * zklock.follow_ensemble (session/ensemble.c): follow the servers a
+ * dynamic reconfiguration publishes in /zookeeper/config never, always,
+ * or (auto) when zklock.hosts names the servers as the config does.
+ */
+typedef enum ZksFollow
+{
+	ZKS_FOLLOW_OFF,
+	ZKS_FOLLOW_ON,
+	ZKS_FOLLOW_AUTO
+} ZksFollow;
+extern void zks_follow_setting(int setting);
+
+/*
+ * At the start of a statement (backend): a reloaded zklock.hosts is
+ * given to the session now, if it has one (zoo_set_servers: the same
+ * session, its locks kept); a name that does not resolve is a WARNING
+ * and the old list stays.  Also logs a server list followed from the
+ * ensemble since the last command.  Never raises ERROR.
+ */
+extern void zks_hosts_check(void);
+
+/*
+ * session/hostslot.c: the configuration file's zklock.hosts in shared
+ * memory (with zklock preloaded), for idle holders; zkhs_publish is
+ * zklock.hosts' assign hook (acts in the postmaster only).
+ */
+extern void zkhs_init(void);
+extern void zkhs_publish(const char *value);
 
 /* The chroot suffix of a connect string, or NULL (session/hosts.c). */
 extern const char *zks_hosts_chroot(const char *hosts);

@@ -151,6 +151,48 @@ extern void zkn_stop(void);
 extern uint64 zkn_nudges(void);
 extern int	zkn_idle_due_ms(int ping_ms);
 extern void zkn_idle_tick(int ping_ms);
+extern bool zkn_request_apply(void);
+extern bool zkn_apply_when_quiet(void);
+extern bool zkn_outstanding(void);
+
+/*
+ * session/ensemble.c: the server list followed from /zookeeper/config or
+ * a reload of zklock.hosts (zoo_set_servers on the same session).
+ */
+extern int	zke_apply(void);
+/* zke_apply's code for a list libzookeeper would not tell from the old */
+#define ZKE_SAME_ADDRESS 1
+/* ... and while a request is in flight: not moved, try again */
+#define ZKE_BUSY 2
+extern void zke_connected_locked(zhandle_t *h);
+extern void zke_session_opened_locked(const char *hosts);
+extern void zke_handle_closed_locked(void);
+extern int	zke_use_list(const char *list);
+extern uint64 zke_followed_since_report(char **list, bool *refused);
+
+/* session/hostslot.c: the file's zklock.hosts (any thread) */
+#define ZKHS_HOSTS_MAX 1024
+extern uint64 zkhs_generation(void);
+extern bool zkhs_read(char *buf, uint64 *generation);
+
+/*
+ * session/ensemble.c: the backend notes whether its zklock.hosts is the
+ * file's (zks_mutex held); the nudge thread applies a changed file.
+ */
+extern void zke_note_file_locked(const char *backend_hosts);
+extern void zke_file_tick(void);
+
+/* session/hosts.c: zks_hosts_check from zks_connect (retries a refusal) */
+extern void zks_hosts_check_call(void);
+
+/*
+ * session/hosts.c: look up one "host:port" entry in place (any thread);
+ * getaddrinfo's code, or ZKS_ENTRY_MALFORMED (no port).
+ */
+#define ZKS_ENTRY_MALFORMED 1
+struct addrinfo;
+extern int	zks_lookup_entry(char *entry, char **host, char **port,
+							 struct addrinfo **res);
 
 /*
  * session.c's, read by session/status.c: counts kept by the session

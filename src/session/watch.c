@@ -220,6 +220,7 @@ zks_watch_held(const char *path, const char *owner)
 	char	   *copy = strdup(path);
 	char	   *owner_copy = owner != NULL ? strdup(owner) : NULL;
 	bool		send = false;
+	bool		added = false;
 	int64_t		due = 0;
 	int			i;
 
@@ -228,6 +229,7 @@ zks_watch_held(const char *path, const char *owner)
 	if (i < 0 && add_locked(&copy, true))
 	{
 		i = n_watched - 1;
+		added = true;
 		if (zkn_running())
 		{
 			/* sent by the nudge thread once due (HELD_WATCH_DELAY_MS) */
@@ -243,12 +245,13 @@ zks_watch_held(const char *path, const char *owner)
 		watched[i].owner = owner_copy;
 		owner_copy = NULL;
 	}
-	if (i >= 0 && !send)
+	if (i >= 0 && !added)
 	{
 		watched[i].held = true;
 		if (watched[i].state == ZKS_WATCH_DELETED)
 			zksc_loss_locked();
-		else if (watched[i].state == ZKS_WATCH_SPENT)
+		else if (watched[i].state == ZKS_WATCH_SPENT &&
+				 watched[i].held_due_ns == 0)
 		{
 			watched[i].state = ZKS_WATCH_ARMED;
 			send = true;

@@ -270,6 +270,27 @@ class ZooKeeper:
         zk.kill(2); zk.restart(2); zk.pause(1); zk.resume(1)
         zk.four_letter(1, 'wchp')
         zk.stop()
+
+    dynamic=True: ZooKeeper's dynamic reconfiguration (reconfigEnabled,
+    a dynamic file whose server lines carry the client addresses, so that
+    /zookeeper/config advertises them).  Servers join and leave on new
+    loopback ports:
+
+        zk = ZooKeeper(n=3, dynamic=True); zk.start()
+        sids = zk.add_servers(3)       # started, then `reconfig -add`
+        zk.remove_servers([1, 2, 3])   # `reconfig -remove`; still running
+        zk.stop_server(1)              # ... until stopped
+        zk.members                     # the ensemble's sids now
+
+    The servers run with -Dzookeeper.skipACL=yes so that the test may
+    reconfigure without the super digest: these are the test's own
+    servers, on loopback only.
+
+    distinct_hosts=True: server sid listens on 127.0.0.(10 + sid) instead
+    of 127.0.0.1 (still loopback).  libzookeeper tells servers apart by
+    address only, not by port (addrvec_contains, 3.8.0), so a client moved
+    between servers of one address would not move: tests of
+    zoo_set_servers need an address per server, as real servers have.
     """
 
     # the server's jars (a subclass may need more: test/lib/tunnels.py)
@@ -277,9 +298,15 @@ class ZooKeeper:
 
     def __init__(self, n=1, base_dir=None, tick_ms=500, min_session_ms=None,
                  max_session_ms=60000, container_check_ms=None,
-                 jvm_opts=None, name='zk', force_sync=False):
+                 jvm_opts=None, name='zk', force_sync=False, dynamic=False,
+                 distinct_hosts=False):
         assert n >= 1
+        assert not dynamic or n >= 2, 'a dynamic ensemble has 2+ servers'
         self.n = n
+        self.dynamic = dynamic
+        self.distinct_hosts = distinct_hosts
+        self._sids = list(range(1, n + 1))
+        self.members = set(self._sids)     # in the ensemble's config
         self.name = name
         self.tick_ms = tick_ms
         self.min_session_ms = min_session_ms or 2 * tick_ms
@@ -287,6 +314,8 @@ class ZooKeeper:
         self.container_check_ms = container_check_ms
         self.force_sync = force_sync     # fsync the transaction log
         self.jvm_opts = list(jvm_opts or [])
+        if dynamic:
+            self.jvm_opts.append('-Dzookeeper.skipACL=yes')
         self._own_base = base_dir is None
         self.base_dir = base_dir or make_workdir('zklock-zk-')
         self.dir = os.path.join(self.base_dir, name)
@@ -307,15 +336,24 @@ class ZooKeeper:
 
     @property
     def sids(self):
-        return list(range(1, self.n + 1))
+        """Every server ever configured (removed ones too)."""
+        return list(self._sids)
 
     @property
     def connect_string(self):
-        return ','.join('127.0.0.1:%d' % self.client_ports[s]
-                        for s in self.sids)
+        """The client addresses of the ensemble's members."""
+        return ','.join(self.host_port(s)
+                        for s in self.sids if s in self.members)
+
+    def address(self, sid):
+        """The loopback address server sid listens on."""
+        if self.distinct_hosts:
+            assert sid < 240
+            return '127.0.0.%d' % (10 + sid)
+        return '127.0.0.1'
 
     def host_port(self, sid):
-        return '127.0.0.1:%d' % self.client_ports[sid]
+        return '%s:%d' % (self.address(sid), self.client_ports[sid])
 
     def server_dir(self, sid):
         return os.path.join(self.dir, 'server%d' % sid)
@@ -323,9 +361,16 @@ class ZooKeeper:
     def log_path(self, sid):
         return os.path.join(self.server_dir(sid), 'zookeeper.log')
 
-    def _configure(self):
-        """Write zoo.cfg (and myid) for every server."""
-        for sid in self.sids:
+    def _server_line(self, sid):
+        """A dynamic file's line: quorum and election ports, role, and
+        the client address that /zookeeper/config then advertises."""
+        return 'server.%d=%s:%d:%d:participant;%s' % (
+            sid, self.address(sid), self.quorum_ports[sid],
+            self.election_ports[sid], self.host_port(sid))
+
+    def _configure(self, sids=None):
+        """Write zoo.cfg (and myid) for every server (or those given)."""
+        for sid in (self.sids if sids is None else sids):
             d = self.server_dir(sid)
             data = os.path.join(d, 'data')
             os.makedirs(data, exist_ok=True)
@@ -334,8 +379,6 @@ class ZooKeeper:
                 'initLimit=20',
                 'syncLimit=10',
                 'dataDir=%s' % data,
-                'clientPort=%d' % self.client_ports[sid],
-                'clientPortAddress=127.0.0.1',
                 'maxClientCnxns=0',
                 'minSessionTimeout=%d' % self.min_session_ms,
                 'maxSessionTimeout=%d' % self.max_session_ms,
@@ -346,10 +389,25 @@ class ZooKeeper:
                 'forceSync=%s' % ('yes' if self.force_sync else 'no'),
                 'preAllocSize=1024',     # small transaction-log files
             ]
-            if self.n > 1:
+            if self.dynamic:
+                # the members, and a server joining: itself (it syncs as
+                # a non-voting follower until `reconfig -add`)
+                dyn = os.path.join(d, 'zoo.cfg.dynamic')
+                with open(dyn, 'w') as f:
+                    f.write(''.join(self._server_line(o) + '\n'
+                                    for o in self.sids
+                                    if o in self.members or o == sid))
+                cfg += ['reconfigEnabled=true', 'standaloneEnabled=false',
+                        'dynamicConfigFile=%s' % dyn]
+                with open(os.path.join(data, 'myid'), 'w') as f:
+                    f.write('%d\n' % sid)
+            else:
+                cfg[4:4] = ['clientPort=%d' % self.client_ports[sid],
+                            'clientPortAddress=%s' % self.address(sid)]
+            if self.n > 1 and not self.dynamic:
                 for other in self.sids:
-                    cfg.append('server.%d=127.0.0.1:%d:%d' % (
-                        other, self.quorum_ports[other],
+                    cfg.append('server.%d=%s:%d:%d' % (
+                        other, self.address(other), self.quorum_ports[other],
                         self.election_ports[other]))
                 with open(os.path.join(data, 'myid'), 'w') as f:
                     f.write('%d\n' % sid)
@@ -444,9 +502,79 @@ class ZooKeeper:
     def leader(self):
         """sid of the current leader (or of the standalone server)."""
         for sid in self.sids:
-            if self.mode(sid) in ('leader', 'standalone'):
+            if sid in self.members and \
+                    self.mode(sid) in ('leader', 'standalone'):
                 return sid
         return None
+
+    # -- dynamic reconfiguration (dynamic=True) -----------------------------
+
+    def _reconfig(self, timeout=60, **kw):
+        """kazoo's reconfig on a member, retried while an election
+        (the one a removed leader causes) refuses it; returns the new
+        config's text."""
+        from kazoo.exceptions import KazooException
+        client = connect_kazoo(self.connect_string, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    data, _ = client.reconfig(
+                        joining=kw.get('joining'), leaving=kw.get('leaving'),
+                        new_members=None)
+                    return data.decode()
+                except KazooException as e:
+                    if time.monotonic() >= deadline:
+                        raise RuntimeError('reconfig %r failed: %r'
+                                           % (kw, e)) from None
+                    time.sleep(0.2)
+        finally:
+            client.stop()
+            client.close()
+
+    def add_servers(self, count, timeout=60):
+        """Start `count` new servers on new loopback ports (their dynamic
+        file: the members and themselves), wait until each syncs as a
+        follower, then add them with one `reconfig -add`.  Returns their
+        sids."""
+        assert self.dynamic
+        new = []
+        for _ in range(count):
+            sid = max(self._sids) + 1
+            c, q, e = free_ports(3)
+            self.client_ports[sid] = c
+            self.quorum_ports[sid] = q
+            self.election_ports[sid] = e
+            self._sids.append(sid)
+            new.append(sid)
+        self.n = len(self._sids)
+        self._configure(new)
+        for sid in new:
+            self._spawn(sid)
+        wait_until(lambda: all(self.mode(s) == 'follower' for s in new),
+                   timeout, 'new ZooKeeper servers %s to follow' % new,
+                   interval=0.2)
+        text = self._reconfig(
+            joining=','.join(self._server_line(s) for s in new),
+            timeout=timeout)
+        self.members |= set(new)
+        log('ZooKeeper %s: added %s; config now:\n%s' % (self.name, new,
+                                                         text))
+        return new
+
+    def remove_servers(self, sids, timeout=60):
+        """`reconfig -remove` the servers (they keep running, and
+        serving as non-voting followers, until stopped); wait until a
+        leader among the members serves."""
+        assert self.dynamic
+        text = self._reconfig(leaving=','.join(str(s) for s in sids),
+                              timeout=timeout)
+        self.members -= set(sids)
+        wait_until(self.leader, timeout, 'a leader among the members',
+                   interval=0.1)
+        log('ZooKeeper %s: removed %s; config now:\n%s'
+            % (self.name, list(sids), text))
+        return text
 
     def _terminate(self, sid, timeout=15):
         """Stop one server by its pid: SIGTERM, then SIGKILL after
@@ -567,7 +695,8 @@ class ZooKeeper:
     def _connect(self, sid, timeout):
         """A socket to one server's client port (a subclass may reach it
         from inside a network namespace)."""
-        return socket.create_connection(('127.0.0.1', self.client_ports[sid]),
+        return socket.create_connection((self.address(sid),
+                                         self.client_ports[sid]),
                                         timeout=timeout)
 
     def four_letter(self, sid, word, timeout=5.0):

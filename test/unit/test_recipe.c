@@ -35,39 +35,7 @@
 #include "recipe/statevict.h"
 #include "recipe/connfail.h"
 #include "recipe/waitgraph.h"
-
-static int	n_tests = 0;
-static int	n_failed = 0;
-
-/* Report one assertion; returns cond so callers can add diagnostics. */
-static bool
-ok(bool cond, const char *fmt,...)
-{
-	va_list		ap;
-
-	n_tests++;
-	if (!cond)
-		n_failed++;
-	printf("%sok %d - ", cond ? "" : "not ", n_tests);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	return cond;
-}
-
-/* A TAP diagnostic line. */
-static void
-diag(const char *fmt,...)
-{
-	va_list		ap;
-
-	printf("# ");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-}
+#include "tap.h"
 
 static int
 sign(int v)

@@ -1,0 +1,401 @@
+"""
+Replacing the ensemble's servers under running locks (issue 41).
+
+Each test starts its own ZooKeeper ensemble (tickTime 500 ms, each server
+on an address of its own, 127.0.0.11 and up: libzookeeper tells servers
+apart by address only) and its own PostgreSQL cluster (zklock preloaded,
+for the zk_sessions view), and stops them whatever happens.  Three backends work through every step:
+
+  * A takes zk_session_lock_exclusive('guard') and then sends nothing
+    until the end (the idle holder: it cannot see a reload, only the
+    ensemble's own config);
+  * B loops BEGIN; zk_lock_exclusive('work'); UPDATE; COMMIT and counts
+    its commits and errors;
+  * C waits in zk_session_lock_exclusive('guard').
+
+What a backend's session does is read from a fourth connection
+(zk_sessions: its session id and the server it is connected to), so A
+stays idle.
+
+test_dynamic: dynamic reconfiguration, 3 servers -> 3 new ones -> the 3
+old ones removed (the leader among them) and stopped -> grown to 5.
+After each step every session is on a member; before the old servers are
+stopped, none of them has any of the three sessions (`cons`).  At the
+end: A's session id never changed, B committed in every step without a
+single error, C was still waiting and is granted after A unlocks, and no
+node is left.  Prints the time from the removal's reconfig to A's session
+on a remaining server.
+
+test_reload_while_holding: a backend holding a lock whose server list
+changes (ALTER SYSTEM SET zklock.hosts, pg_reload_conf()): its next
+statement moves the same session to the new server, the lock kept; a
+list whose host does not resolve gives a WARNING and changes nothing.
+
+test_idle_holder_follows_reload: the same reload reaches a backend that
+holds a session lock and sends nothing at all (the postmaster publishes
+the file's value in shared memory, the session's nudge thread applies
+it); it survives its old server's stop with the same session.
+"""
+
+import threading
+import time
+
+import psycopg2
+import pytest
+
+import harness
+from harness import wait_until
+
+TIMEOUT = 240
+DB = 'zklock_ensch'
+ROOT = '/zklock'
+SESSION_TIMEOUT_S = 4
+CONNECT_TIMEOUT_S = 20          # rides out the elections of a reconfig
+STEP_S = 60                     # every wait of a step, at most
+B_LOCK = 'SELECT zk_lock_exclusive(%s, %s::interval)'
+
+
+def make_cluster(ctx, make_pg, name, hosts, extra=None):
+    conf = {
+        'zklock.hosts': hosts,
+        'zklock.root': ROOT,
+        'zklock.session_timeout': '%ds' % SESSION_TIMEOUT_S,
+        'shared_preload_libraries': 'zklock',
+    }
+    conf.update(extra or {})
+    pg = make_pg(name, conf)
+    pg.psql('CREATE DATABASE %s' % DB)
+    pg.psql("ALTER DATABASE %s SET zklock.connect_timeout = '%ds'"
+            % (DB, CONNECT_TIMEOUT_S))
+    pg.psql('CREATE EXTENSION zklock', dbname=DB)
+    pg.psql('CREATE TABLE work (id int PRIMARY KEY, v bigint)', dbname=DB)
+    pg.psql('INSERT INTO work VALUES (1, 0)', dbname=DB)
+    return pg
+
+
+def session_row(look, pid):
+    """(session_id, server) of backend pid, from zk_sessions."""
+    rows = look.query('SELECT session_id, server FROM zk_sessions '
+                      'WHERE pid = %s', [pid])
+    return rows[0] if rows else (None, None)
+
+
+def waiting_in_extension(look, pid):
+    return look.scalar('SELECT wait_event_type FROM pg_stat_activity '
+                       'WHERE pid = %s', [pid]) == 'Extension'
+
+
+class Worker:
+    """B: transaction locks in a loop, on its own connection and thread,
+    counting commits (per step) and errors.  Bounded by `stop` and a
+    deadline."""
+
+    def __init__(self, pg, deadline_s):
+        self.conn = pg.connect(dbname=DB, application_name='ensch-b')
+        self.pid = self.conn.get_backend_pid()
+        self.commits = 0
+        self.errors = []
+        self.step_commits = {}
+        self.step = 'start'
+        self.stop = threading.Event()
+        self.deadline = time.monotonic() + deadline_s
+        self.thread = threading.Thread(target=self.run, daemon=True,
+                                       name='ensch-b')
+
+    def run(self):
+        cur = self.conn.cursor()
+        while not self.stop.is_set() and time.monotonic() < self.deadline:
+            try:
+                cur.execute('BEGIN')
+                cur.execute(B_LOCK, ['work', '%d seconds' % STEP_S])
+                cur.execute('UPDATE work SET v = v + 1 WHERE id = 1')
+                cur.execute('COMMIT')
+                self.commits += 1
+                self.step_commits[self.step] = \
+                    self.step_commits.get(self.step, 0) + 1
+            except psycopg2.Error as e:
+                self.errors.append((self.step, e.pgcode, str(e).strip()))
+                try:
+                    cur.execute('ROLLBACK')
+                except psycopg2.Error:
+                    pass
+            # paced, so that the loop leaves the 2 cores to the servers
+            self.stop.wait(0.02)
+
+    def commits_in(self, step):
+        return self.step_commits.get(step, 0)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(STEP_S)
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+
+def sessions_on_members(look, zk, pids):
+    """Every backend's session connected to a member: {pid: server}, or
+    None while one is not."""
+    members = set(zk.host_port(s) for s in zk.members)
+    seen = {}
+    for pid in pids:
+        _, server = session_row(look, pid)
+        if server not in members:
+            return None
+        seen[pid] = server
+    return seen
+
+
+def sessions_of(look, pids):
+    return {pid: session_row(look, pid)[0] for pid in pids}
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_dynamic(ctx, make_pg):
+    """Dynamic reconfiguration 3 -> 3 new -> 5 under an idle session lock,
+    a working transaction lock and a waiter: the sessions follow the
+    ensemble's config (same session ids), never stay on a removed
+    server, B commits in every step without error, C is granted after A
+    unlocks, and nothing is left behind."""
+    zk = harness.ZooKeeper(n=3, dynamic=True, distinct_hosts=True,
+                           base_dir=ctx.workdir, name='ensch-dyn')
+    b = None
+    kz = None
+    try:
+        zk.start(timeout=120)
+        pg = make_cluster(ctx, make_pg, 'ensch-dyn', zk.connect_string)
+        look = ctx.backend('ensch-look', cluster=pg, dbname=DB)
+        a = ctx.backend('ensch-a', cluster=pg, dbname=DB)
+        c = ctx.backend('ensch-c', cluster=pg, dbname=DB)
+        assert a.scalar("SELECT zk_session_lock_exclusive('guard', "
+                        "'30 seconds')") > 0
+        b = Worker(pg, deadline_s=TIMEOUT)
+        b.thread.start()
+        c_fut = c.submit("SELECT zk_session_lock_exclusive('guard', "
+                         "'%d seconds')" % (TIMEOUT * 2))
+        wait_until(lambda: waiting_in_extension(look, c.pid), STEP_S,
+                   'C to wait for the guard')
+        wait_until(lambda: b.commits > 0, STEP_S, 'B to commit')
+        pids = {'A': a.pid, 'B': b.pid, 'C': c.pid}
+        first = sessions_of(look, pids.values())
+        assert all(first.values()), first
+        ctx.log('sessions %s on %s' % (first, zk.connect_string))
+
+        def check_step(step):
+            """Every session on a member, B committed in this step."""
+            b.step = step
+            at = wait_until(lambda: sessions_on_members(
+                look, zk, pids.values()), STEP_S,
+                'every session on a member after %s' % step)
+            n = b.commits_in(step)
+            wait_until(lambda: b.commits_in(step) >= n + 3, STEP_S,
+                       'B to commit after %s' % step)
+            assert not c_fut.done(), 'C got the guard while A holds it'
+            ctx.log('%s: servers %s' % (step, at))
+            return at
+
+        # 1. three new servers join
+        old = sorted(zk.members)
+        leader = zk.leader()
+        assert leader in old, leader
+        new = zk.add_servers(3)
+        check_step('add 3')
+
+        # 2. the three old ones leave, the leader among them
+        b.step = 'remove old'
+        old_addrs = set(zk.host_port(s) for s in old)
+        on_old = [name for name, pid in pids.items()
+                  if session_row(look, pid)[1] in old_addrs]
+        t0 = time.monotonic()
+        zk.remove_servers(old)
+        removed_at = time.monotonic()
+        wait_until(lambda: sessions_on_members(look, zk, pids.values()),
+                   STEP_S, 'every session on a remaining server')
+        moved = time.monotonic() - t0
+        ctx.figure('reconfig -remove (the leader among them) sent -> '
+                   'every session on a remaining server (%s had to move)'
+                   % ('+'.join(on_old) or 'none'), moved * 1000, 'ms',
+                   '%.0f')
+        ctx.figure('reconfig -remove itself (kazoo, with the election)',
+                   (removed_at - t0) * 1000, 'ms', '%.0f')
+        # A is idle: only the ensemble's config can have moved it (at the
+        # growth, with probability 1/2, else now)
+        assert session_row(look, a.pid)[1] in \
+            set(zk.host_port(s) for s in new)
+        check_step('remove old')
+
+        # no session of ours left on a removed server, just before it stops
+        ids = set(int(s, 16) for s in first.values())
+
+        def none_on_old():
+            for s in old:
+                if ids & set(zk.requests_by_session(s)):
+                    return False
+            return True
+        wait_until(none_on_old, STEP_S, 'no session of A, B, C on the '
+                   'removed servers (cons)')
+
+        # 3. the removed servers stop: for two session timeouts, nobody
+        # notices (B goes on committing, A's session lives)
+        b.step = 'old stopped'
+        for s in old:
+            zk.stop_server(s)
+        stopped = time.monotonic()
+        check_step('old stopped')
+        wait_until(lambda: time.monotonic() - stopped >= 2 * SESSION_TIMEOUT_S
+                   and b.commits_in('old stopped') >= 10,
+                   STEP_S, 'B to commit for two session timeouts')
+
+        # 4. grow to five
+        grown = zk.add_servers(2)
+        check_step('grow to 5')
+        mntr = zk.four_letter(zk.leader(), 'mntr')
+        assert 'zk_quorum_size\t5' in mntr, mntr
+
+        # the end: same sessions, no error, the waiter granted
+        b.stop.set()
+        b.thread.join(STEP_S)
+        assert not b.thread.is_alive(), 'B did not stop'
+        last = sessions_of(look, pids.values())
+        assert last == first, 'sessions changed: %s -> %s' % (first, last)
+        assert not b.errors, 'B failed: %s' % b.errors[:5]
+        for step in ('add 3', 'remove old', 'old stopped', 'grow to 5'):
+            assert b.commits_in(step) > 0, (step, b.step_commits)
+        ctx.figure('B commits (no error)', b.commits)
+        assert not c_fut.done(), 'C got the guard while A holds it'
+        t_unlock = time.monotonic()
+        assert a.scalar("SELECT zk_unlock('guard')") is True
+        token = c_fut.result(STEP_S)[0][0]
+        granted = time.monotonic() - t_unlock
+        assert token > 0
+        assert granted < 10, 'C granted %.1f s after the unlock' % granted
+        ctx.figure('A unlocks -> C granted', granted * 1000, 'ms', '%.0f')
+        assert c.scalar("SELECT zk_unlock('guard')") is True
+        assert c.scalar("SELECT count(*) FROM zk_locks") == 0
+        assert a.scalar("SELECT count(*) FROM zk_locks") == 0
+        ctx.log('servers %s, grown by %s; B committed %d'
+                % (zk.connect_string, grown, b.commits))
+
+        # nothing left behind: no contender, no ephemeral node
+        kz = harness.connect_kazoo(zk.connect_string)
+        zi = harness.ZkInspector(kz, ROOT)
+        wait_until(lambda: not zi.leftovers(), STEP_S, 'no node left')
+        assert not zk.ephemerals(), zk.ephemerals()
+    finally:
+        if b is not None:
+            b.close()
+        if kz is not None:
+            kz.stop()
+            kz.close()
+        zk.stop()
+
+
+@pytest.mark.timeout(120)
+def test_reload_while_holding(ctx, make_pg):
+    """A reload of zklock.hosts while a backend holds a session lock and a
+    transaction lock: its next statement moves the same session to the
+    new server (the old one is left out of the new list), both locks
+    kept; a list with a host that does not resolve is refused with a
+    WARNING and the session stays where it is."""
+    zk = harness.ZooKeeper(n=3, distinct_hosts=True, base_dir=ctx.workdir,
+                           name='ensch-reload')
+    try:
+        zk.start(timeout=120)
+        zk.wait_synced(timeout=STEP_S)
+        s1, s2 = zk.host_port(1), zk.host_port(2)
+        pg = make_cluster(ctx, make_pg, 'ensch-reload', s1)
+        look = ctx.backend('ensch-look', cluster=pg, dbname=DB)
+        h = ctx.backend('ensch-holder', cluster=pg, dbname=DB)
+        assert h.scalar("SELECT zk_session_lock_exclusive('kept', "
+                        "'30 seconds')") > 0
+        h.query('BEGIN')
+        assert h.scalar("SELECT zk_lock_exclusive('xact', "
+                        "'30 seconds')") > 0
+        sid_before, server = session_row(look, h.pid)
+        assert server == s1, server
+
+        look.query("ALTER SYSTEM SET zklock.hosts = %s", [s2])
+        assert look.scalar('SELECT pg_reload_conf()') is True
+        t0 = time.monotonic()
+        # the holder's next statement (no zklock call) takes the reload
+        wait_until(lambda: h.scalar("SHOW zklock.hosts") == s2, STEP_S,
+                   'the holder to see the reload')
+        wait_until(lambda: session_row(look, h.pid)[1] == s2, STEP_S,
+                   'the holder on the new server')
+        ctx.figure('reload -> the holder on the new server',
+                   (time.monotonic() - t0) * 1000, 'ms', '%.0f')
+        assert session_row(look, h.pid)[0] == sid_before
+        held = h.query('SELECT resource FROM zk_locks ORDER BY resource')
+        assert [r[0] for r in held] == ['kept', 'xact'], held
+        h.query('COMMIT')         # the commit check, on the new server
+        assert 0 == sum(1 for s in zk.requests_by_session(1)
+                        if s == int(sid_before, 16)), \
+            'the session is still on the server left out'
+
+        # a host that does not resolve: a WARNING, the session stays
+        look.query("ALTER SYSTEM SET zklock.hosts = %s",
+                   ['no-such-host.invalid:2181'])
+        assert look.scalar('SELECT pg_reload_conf()') is True
+        notices = h.conn.notices
+
+        def warned():
+            h.query('SELECT 1')
+            return any('could not be resolved' in n for n in notices)
+        wait_until(warned, STEP_S, 'a WARNING about the unresolved host')
+        assert session_row(look, h.pid) == (sid_before, s2)
+        assert h.scalar("SELECT zk_unlock('kept')") is True
+    finally:
+        try:
+            if 'look' in locals():
+                look.query('ALTER SYSTEM RESET zklock.hosts')
+        except Exception:
+            pass
+        zk.stop()
+
+
+@pytest.mark.timeout(120)
+def test_idle_holder_follows_reload(ctx, make_pg):
+    """zklock preloaded, a static ensemble: a backend that holds a session
+    lock and sends nothing follows a reload of zklock.hosts that leaves
+    its server out (the postmaster publishes the file's value, the
+    session's nudge thread applies it): it moves to a server of the new
+    list with the same session, survives its old server's stop, and
+    still holds the lock at its next command."""
+    zk = harness.ZooKeeper(n=3, distinct_hosts=True, base_dir=ctx.workdir,
+                           name='ensch-idle')
+    try:
+        zk.start(timeout=120)
+        zk.wait_synced(timeout=STEP_S)
+        s1 = zk.host_port(1)
+        new_list = '%s,%s' % (zk.host_port(2), zk.host_port(3))
+        pg = make_cluster(ctx, make_pg, 'ensch-idle', s1)
+        look = ctx.backend('ensch-look', cluster=pg, dbname=DB)
+        a = ctx.backend('ensch-idle-holder', cluster=pg, dbname=DB)
+        assert a.scalar("SELECT zk_session_lock_exclusive('guard', "
+                        "'30 seconds')") > 0
+        sid_before, server = session_row(look, a.pid)
+        assert server == s1, server
+
+        look.query("ALTER SYSTEM SET zklock.hosts = %s", [new_list])
+        t0 = time.monotonic()
+        assert look.scalar('SELECT pg_reload_conf()') is True
+        # A sends nothing: only the published reload can move it
+        wait_until(lambda: session_row(look, a.pid)[1] in
+                   new_list.split(','), STEP_S,
+                   'the idle holder on a server of the new list')
+        ctx.figure('reload -> the idle holder on a server of the new list',
+                   (time.monotonic() - t0) * 1000, 'ms', '%.0f')
+        assert not a.busy
+
+        zk.stop_server(1)
+        stopped = time.monotonic()
+        # two session timeouts with its old server gone: same session
+        wait_until(lambda: time.monotonic() - stopped > 2 * SESSION_TIMEOUT_S
+                   and session_row(look, a.pid)[0] == sid_before,
+                   STEP_S, 'two session timeouts with the session alive')
+        assert session_row(look, a.pid)[0] == sid_before
+        assert a.scalar("SELECT zk_unlock('guard')") is True
+        assert session_row(look, a.pid)[0] == sid_before
+    finally:
+        zk.stop()
