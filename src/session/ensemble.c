@@ -456,8 +456,14 @@ zke_connected_locked(zhandle_t *h)
  * file's zklock.hosts changed (session/hostslot.c), and the backend's own
  * value was the file's when it last looked: the session takes the new
  * value now, the backend's own setting catching up at its next command.
+ * Returns zke_apply's code: ZKE_BUSY when a request was in flight, and
+ * the decision then waits for the nudge thread to apply it once none is
+ * (before, it was dropped: the file's generation is looked at once, so
+ * an idle holder whose heartbeat happened to be in flight never moved --
+ * the likely cause of a 60 s timeout of test_idle_holder_follows_reload
+ * in a four-lane run, which passed alone).
  */
-void
+int
 zke_file_tick(void)
 {
 	char		value[ZKHS_HOSTS_MAX];
@@ -470,11 +476,11 @@ zke_file_tick(void)
 		zh == NULL || zh_closing)
 	{
 		pthread_mutex_unlock(&zks_mutex);
-		return;
+		return ZOK;
 	}
 	pthread_mutex_unlock(&zks_mutex);
 	if (!zkhs_read(value, &generation))
-		return;					/* tried again at the next tick */
+		return ZOK;				/* tried again at the next tick */
 	len = strlen(value);
 	if (len > 0 && value[len - 1] == '/')
 		value[len - 1] = '\0';
@@ -489,8 +495,8 @@ zke_file_tick(void)
 			apply = want_locked(value);
 	}
 	pthread_mutex_unlock(&zks_mutex);
-	if (apply)
-		(void) zke_apply();
+	/* ZKE_BUSY: the caller applies it once nothing is in flight */
+	return apply ? zke_apply() : ZOK;
 }
 
 /* ----------------------------------------------------------------

@@ -483,10 +483,18 @@ nudge_main(void *arg)
 		/* a reloaded configuration file (session/hostslot.c) */
 		if (zkhs_generation() != file_generation_seen)
 		{
+			int			zrc;
+
 			file_generation_seen = zkhs_generation();
 			pthread_mutex_unlock(&nudge_mutex);
-			zke_file_tick();
+			zrc = zke_file_tick();
 			pthread_mutex_lock(&nudge_mutex);
+			/* requests in flight: again once they are answered */
+			if (zrc == ZKE_BUSY)
+			{
+				apply_waiting = true;
+				quiet_locked();
+			}
 			continue;
 		}
 
