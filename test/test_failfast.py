@@ -96,6 +96,13 @@ def lost_msg(res):
     return 'exclusive zklock on "%s" was lost' % res
 
 
+def held_watched(ctx, path):
+    """The holder's watch on its node is set (20 ms after the grant): a
+    deletion from now on is notified to it at once."""
+    wait_until(lambda: ctx.zk.watches_by_path().get(path), 10,
+               'the holder\'s watch on %s' % path)
+
+
 def watch_fired(ctx, path):
     """The server fired (and dropped) every watch on path: its deletion's
     notification is on its way to the watchers."""
@@ -401,6 +408,7 @@ def test_suspended_portal_refused_after_loss(ctx):
         r.msg(b'H')
         out = r.until(b's', b'E')
         assert out[-1][0] == b's', out
+        held_watched(ctx, node.path)
         ctx.kz.delete(node.path)
         watch_fired(ctx, node.path)
         r.msg(b'E', b'\0' + struct.pack('!i', 0))
@@ -455,6 +463,7 @@ def test_cancel_for_a_lock_released_meanwhile_is_still_a_loss(ctx):
                             "= %s", [b.pid]).startswith('COPY'),
                10, 'COPY waiting for its data')
     woke = main_thread_wakeups(b.pid)
+    held_watched(ctx, node.path)
     ctx.kz.delete(node.path)
     watch_fired(ctx, node.path)
     # The row must come after the backend took the notification in (the
