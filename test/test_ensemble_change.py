@@ -26,6 +26,18 @@ single error, C was still waiting and is granted after A unlocks, and no
 node is left.  Prints the time from the removal's reconfig to A's session
 on a remaining server.
 
+test_static_rolling: a static ensemble (reconfigEnabled=false, a zoo.cfg
+per server) moved from 3 servers to 3 new ones on new addresses, one
+server at a time, then grown to 5, as doc/04-operations.md describes: per
+server replaced, the new list is reloaded first (ALTER SYSTEM SET
+zklock.hosts, pg_reload_conf()), the old server stopped once no session
+of A, B, C is on it (zk_sessions and its `cons`), the new one started
+with the new membership, and the others restarted with it one at a time,
+each once it serves and the leader counts it synced.  A, idle, follows
+the reloads through the postmaster's published value (zklock is
+preloaded).  At the end: the same sessions, B committed in every step
+without an error, C granted after A unlocks, nothing left.
+
 test_reload_while_holding: a backend holding a lock whose server list
 changes (ALTER SYSTEM SET zklock.hosts, pg_reload_conf()): its next
 statement moves the same session to the new server, the lock kept; a
@@ -94,6 +106,7 @@ class Worker:
         self.conn = pg.connect(dbname=DB, application_name='ensch-b')
         self.pid = self.conn.get_backend_pid()
         self.commits = 0
+        self.longest = 0.0          # the longest BEGIN..COMMIT, in s
         self.errors = []
         self.step_commits = {}
         self.step = 'start'
@@ -105,12 +118,14 @@ class Worker:
     def run(self):
         cur = self.conn.cursor()
         while not self.stop.is_set() and time.monotonic() < self.deadline:
+            t0 = time.monotonic()
             try:
                 cur.execute('BEGIN')
                 cur.execute(B_LOCK, ['work', '%d seconds' % STEP_S])
                 cur.execute('UPDATE work SET v = v + 1 WHERE id = 1')
                 cur.execute('COMMIT')
                 self.commits += 1
+                self.longest = max(self.longest, time.monotonic() - t0)
                 self.step_commits[self.step] = \
                     self.step_commits.get(self.step, 0) + 1
             except psycopg2.Error as e:
@@ -288,6 +303,158 @@ def test_dynamic(ctx, make_pg):
         if kz is not None:
             kz.stop()
             kz.close()
+        zk.stop()
+
+
+STATIC_TIMEOUT = 200
+
+
+@pytest.mark.timeout(STATIC_TIMEOUT)
+def test_static_rolling(ctx, make_pg):
+    """Static rolling replacement 3 -> 3 new -> 5 (reconfigEnabled=false)
+    under an idle session lock, a working transaction lock and a waiter,
+    step by step as doc/04-operations.md gives it: the sessions follow the
+    reloaded zklock.hosts (A, idle, through the postmaster's published
+    value), none is on a server when it is stopped, the session ids never
+    change, B commits in every step without error, C is granted after A
+    unlocks, and nothing is left behind."""
+    zk = harness.ZooKeeper(n=3, distinct_hosts=True, base_dir=ctx.workdir,
+                           name='ensch-static')
+    b = None
+    kz = None
+    try:
+        t_begin = time.monotonic()
+        zk.start(timeout=120)
+        zk.wait_synced(timeout=STEP_S)
+        pg = make_cluster(ctx, make_pg, 'ensch-static', zk.connect_string)
+        look = ctx.backend('ensch-look', cluster=pg, dbname=DB)
+        a = ctx.backend('ensch-a', cluster=pg, dbname=DB)
+        c = ctx.backend('ensch-c', cluster=pg, dbname=DB)
+        assert a.scalar("SELECT zk_session_lock_exclusive('guard', "
+                        "'30 seconds')") > 0
+        b = Worker(pg, deadline_s=STATIC_TIMEOUT)
+        b.thread.start()
+        c_fut = c.submit("SELECT zk_session_lock_exclusive('guard', "
+                         "'%d seconds')" % (STATIC_TIMEOUT * 2))
+        wait_until(lambda: waiting_in_extension(look, c.pid), STEP_S,
+                   'C to wait for the guard')
+        wait_until(lambda: b.commits > 0, STEP_S, 'B to commit')
+        pids = {'A': a.pid, 'B': b.pid, 'C': c.pid}
+        first = sessions_of(look, pids.values())
+        assert all(first.values()), first
+        ids = set(int(s, 16) for s in first.values())
+        ctx.log('sessions %s on %s' % (first, zk.connect_string))
+        restarts = []               # seconds per start or restart
+
+        def reload_hosts(members):
+            """The clients' new list first: ALTER SYSTEM, reload."""
+            zk.members = set(members)
+            look.query("ALTER SYSTEM SET zklock.hosts = %s",
+                       [zk.connect_string])
+            assert look.scalar('SELECT pg_reload_conf()') is True
+
+        def check_step(step):
+            """Every session on a member, B committed in this step, C
+            still waiting."""
+            at = wait_until(lambda: sessions_on_members(
+                look, zk, pids.values()), STEP_S,
+                'every session on a member after %s' % step)
+            n = b.commits_in(step)
+            wait_until(lambda: b.commits_in(step) >= n + 3, STEP_S,
+                       'B to commit after %s' % step)
+            assert not c_fut.done(), 'C got the guard while A holds it'
+            assert not a.busy
+            ctx.log('%s: servers %s' % (step, at))
+
+        def stop_leaving(old):
+            """Stop a server that left the list, once no session of A, B
+            or C is on it: neither by zk_sessions nor by its `cons`."""
+            wait_until(lambda: sessions_on_members(look, zk, pids.values())
+                       and not ids & set(zk.requests_by_session(old)),
+                       STEP_S, 'no session of A, B, C on server %d' % old)
+            zk.stop_server(old)
+
+        # 1-3. replace servers 1, 2, 3 by new ones on new addresses
+        members = {1, 2, 3}
+        moves = []
+        for old in (1, 2, 3):
+            step = 'replace %d' % old
+            b.step = step
+            new = zk.new_server()
+            members = (members - {old}) | {new}
+            t0 = time.monotonic()
+            reload_hosts(members)
+            wait_until(lambda: sessions_on_members(look, zk, pids.values()),
+                       STEP_S, 'every session off server %d' % old)
+            moves.append(time.monotonic() - t0)
+            stop_leaving(old)
+            restarts.append(zk.run_with_members(new, members))
+            for s in sorted(members - {new}):
+                restarts.append(zk.run_with_members(s, members))
+            check_step(step)
+
+        # 4. grow to five: the two new servers first (they sync as
+        # non-voting followers of the running three), then the list,
+        # then the three restarted with the five
+        step = 'grow to 5'
+        b.step = step
+        grown = [zk.new_server(), zk.new_server()]
+        five = members | set(grown)
+        for s in grown:
+            restarts.append(zk.run_with_members(s, five))
+        reload_hosts(five)
+        for s in sorted(members):
+            restarts.append(zk.run_with_members(s, five))
+        check_step(step)
+        leader = zk.leader()
+        assert leader in five, leader
+        mntr = zk.four_letter(leader, 'mntr')
+        assert 'zk_synced_followers\t4' in mntr, mntr
+        ctx.figure('reload -> every session on the new list (3 steps, '
+                   'max)', max(moves) * 1000, 'ms', '%.0f')
+        ctx.figure('server (re)start with a new membership until synced '
+                   '(%d, max)' % len(restarts), max(restarts), 's', '%.1f')
+        ctx.figure('B: longest BEGIN..COMMIT during the procedure',
+                   b.longest * 1000, 'ms', '%.0f')
+        ctx.figure('procedure (3 replacements and the growth)',
+                   time.monotonic() - t_begin, 's', '%.0f')
+
+        # the end: same sessions, no error, the waiter granted
+        b.stop.set()
+        b.thread.join(STEP_S)
+        assert not b.thread.is_alive(), 'B did not stop'
+        last = sessions_of(look, pids.values())
+        assert last == first, 'sessions changed: %s -> %s' % (first, last)
+        assert not b.errors, 'B failed: %s' % b.errors[:5]
+        for step in ('replace 1', 'replace 2', 'replace 3', 'grow to 5'):
+            assert b.commits_in(step) > 0, (step, b.step_commits)
+        ctx.figure('B commits (no error)', b.commits)
+        assert not c_fut.done(), 'C got the guard while A holds it'
+        t_unlock = time.monotonic()
+        assert a.scalar("SELECT zk_unlock('guard')") is True
+        token = c_fut.result(STEP_S)[0][0]
+        granted = time.monotonic() - t_unlock
+        assert token > 0
+        assert granted < 10, 'C granted %.1f s after the unlock' % granted
+        ctx.figure('A unlocks -> C granted', granted * 1000, 'ms', '%.0f')
+        assert c.scalar("SELECT zk_unlock('guard')") is True
+        assert c.scalar("SELECT count(*) FROM zk_locks") == 0
+
+        kz = harness.connect_kazoo(zk.connect_string)
+        zi = harness.ZkInspector(kz, ROOT)
+        wait_until(lambda: not zi.leftovers(), STEP_S, 'no node left')
+        assert not zk.ephemerals(), zk.ephemerals()
+    finally:
+        if b is not None:
+            b.close()
+        if kz is not None:
+            kz.stop()
+            kz.close()
+        try:
+            if 'look' in locals():
+                look.query('ALTER SYSTEM RESET zklock.hosts')
+        except Exception:
+            pass
         zk.stop()
 
 
