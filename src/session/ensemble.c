@@ -459,7 +459,17 @@ zke_file_tick(void)
 			apply = want_locked(value);
 	}
 	pthread_mutex_unlock(&zks_mutex);
-	if (apply)
+
+	/*
+	 * Through the thread's own apply request, as for a followed config:
+	 * its loop retries a move refused for requests in flight once they
+	 * are answered.  Calling zke_apply here dropped such a refusal, and
+	 * nothing asked again for a backend that sends nothing: the thread is
+	 * often woken by a request just sent (zkn_sent), or ticks while a
+	 * waiter's idle nudge is out (test_static_rolling: the idle holder
+	 * and the waiter still on the server left out 60 s after the reload).
+	 */
+	if (apply && !zkn_request_apply())
 		(void) zke_apply();
 }
 
