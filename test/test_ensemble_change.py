@@ -170,6 +170,50 @@ def sessions_of(look, pids):
     return {pid: session_row(look, pid)[0] for pid in pids}
 
 
+def end_of_procedure(ctx, zk, look, a, b, c, c_fut, first, steps, label,
+                     same_b=True):
+    """The end of a replacement: B stops having committed in every step
+    without an error; A's and C's sessions (B's too when same_b) are those
+    of the start; A's lock was never lost; C, still waiting, is granted
+    soon after A unlocks; no node is left.  Figures are named by label."""
+    b.stop.set()
+    b.thread.join(STEP_S)
+    assert not b.thread.is_alive(), 'B did not stop'
+    last = sessions_of(look, first.keys())
+    kept = [pid for pid in first if same_b or pid != b.pid]
+    assert all(last[pid] == first[pid] for pid in kept), \
+        'sessions changed: %s -> %s' % (first, last)
+    assert not b.errors, 'B failed: %s' % b.errors[:5]
+    for step in steps:
+        assert b.commits_in(step) > 0, (step, b.step_commits)
+    ctx.figure('%s: B commits (no error)' % label, b.commits)
+    assert not c_fut.done(), 'C got the guard while A holds it'
+    # A's first statement since it locked: the lock was never lost
+    assert a.query('SELECT resource, state FROM zk_locks') == \
+        [('guard', 'held')]
+    t_unlock = time.monotonic()
+    assert a.scalar("SELECT zk_unlock('guard')") is True
+    token = c_fut.result(STEP_S)[0][0]
+    granted = time.monotonic() - t_unlock
+    assert token > 0
+    assert granted < 10, 'C granted %.1f s after the unlock' % granted
+    ctx.figure('%s: A unlocks -> C granted' % label, granted * 1000, 'ms',
+               '%.0f')
+    assert c.scalar("SELECT zk_unlock('guard')") is True
+    assert c.scalar("SELECT count(*) FROM zk_locks") == 0
+    assert a.scalar("SELECT count(*) FROM zk_locks") == 0
+
+    # nothing left behind: no contender, no ephemeral node
+    kz = harness.connect_kazoo(zk.connect_string)
+    try:
+        zi = harness.ZkInspector(kz, ROOT)
+        wait_until(lambda: not zi.leftovers(), STEP_S, 'no node left')
+        assert not zk.ephemerals(), zk.ephemerals()
+    finally:
+        kz.stop()
+        kz.close()
+
+
 @pytest.mark.timeout(TIMEOUT)
 def test_dynamic(ctx, make_pg):
     """Dynamic reconfiguration 3 -> 3 new -> 5 under an idle session lock,
@@ -180,7 +224,6 @@ def test_dynamic(ctx, make_pg):
     zk = harness.ZooKeeper(n=3, dynamic=True, distinct_hosts=True,
                            base_dir=ctx.workdir, name='ensch-dyn')
     b = None
-    kz = None
     try:
         zk.start(timeout=120)
         pg = make_cluster(ctx, make_pg, 'ensch-dyn', zk.connect_string)
@@ -272,41 +315,14 @@ def test_dynamic(ctx, make_pg):
         mntr = zk.four_letter(zk.leader(), 'mntr')
         assert 'zk_quorum_size\t5' in mntr, mntr
 
-        # the end: same sessions, no error, the waiter granted
-        b.stop.set()
-        b.thread.join(STEP_S)
-        assert not b.thread.is_alive(), 'B did not stop'
-        last = sessions_of(look, pids.values())
-        assert last == first, 'sessions changed: %s -> %s' % (first, last)
-        assert not b.errors, 'B failed: %s' % b.errors[:5]
-        for step in ('add 3', 'remove old', 'old stopped', 'grow to 5'):
-            assert b.commits_in(step) > 0, (step, b.step_commits)
-        ctx.figure('B commits (no error)', b.commits)
-        assert not c_fut.done(), 'C got the guard while A holds it'
-        t_unlock = time.monotonic()
-        assert a.scalar("SELECT zk_unlock('guard')") is True
-        token = c_fut.result(STEP_S)[0][0]
-        granted = time.monotonic() - t_unlock
-        assert token > 0
-        assert granted < 10, 'C granted %.1f s after the unlock' % granted
-        ctx.figure('A unlocks -> C granted', granted * 1000, 'ms', '%.0f')
-        assert c.scalar("SELECT zk_unlock('guard')") is True
-        assert c.scalar("SELECT count(*) FROM zk_locks") == 0
-        assert a.scalar("SELECT count(*) FROM zk_locks") == 0
+        end_of_procedure(ctx, zk, look, a, b, c, c_fut, first,
+                         ('add 3', 'remove old', 'old stopped', 'grow to 5'),
+                         'dynamic')
         ctx.log('servers %s, grown by %s; B committed %d'
                 % (zk.connect_string, grown, b.commits))
-
-        # nothing left behind: no contender, no ephemeral node
-        kz = harness.connect_kazoo(zk.connect_string)
-        zi = harness.ZkInspector(kz, ROOT)
-        wait_until(lambda: not zi.leftovers(), STEP_S, 'no node left')
-        assert not zk.ephemerals(), zk.ephemerals()
     finally:
         if b is not None:
             b.close()
-        if kz is not None:
-            kz.stop()
-            kz.close()
         zk.stop()
 
 
@@ -327,7 +343,6 @@ def test_static_rolling(ctx, make_pg):
     zk = harness.ZooKeeper(n=3, distinct_hosts=True, base_dir=ctx.workdir,
                            name='ensch-static')
     b = None
-    kz = None
     try:
         t_begin = time.monotonic()
         zk.start(timeout=120)
@@ -354,7 +369,6 @@ def test_static_rolling(ctx, make_pg):
         pids = {'A': a.pid, 'B': b.pid, 'C': c.pid}
         first = sessions_of(look, pids.values())
         assert all(first.values()), first
-        ids = set(int(s, 16) for s in first.values())
         ctx.log('sessions %s on %s' % (first, zk.connect_string))
         restarts = []               # seconds per start or restart
 
@@ -381,9 +395,15 @@ def test_static_rolling(ctx, make_pg):
         def stop_leaving(old):
             """Stop a server that left the list, once no session of A, B
             or C is on it: neither by zk_sessions nor by its `cons`."""
-            wait_until(lambda: sessions_on_members(look, zk, pids.values())
-                       and not ids & set(zk.requests_by_session(old)),
-                       STEP_S, 'no session of A, B, C on server %d' % old)
+
+            def gone():
+                if not sessions_on_members(look, zk, pids.values()):
+                    return False
+                ids = set(int(sid, 16) for sid in
+                          sessions_of(look, pids.values()).values() if sid)
+                return not ids & set(zk.requests_by_session(old))
+            wait_until(gone, STEP_S,
+                       'no session of A, B, C on server %d' % old)
             zk.stop_server(old)
 
         # 1-3. replace servers 1, 2, 3 by new ones on new addresses
@@ -433,50 +453,23 @@ def test_static_rolling(ctx, make_pg):
         assert leader in five, leader
         mntr = zk.four_letter(leader, 'mntr')
         assert 'zk_synced_followers\t4' in mntr, mntr
-        ctx.figure('reload -> every session on the new list (3 steps, '
-                   'max)', max(moves) * 1000, 'ms', '%.0f')
-        ctx.figure('server (re)start with a new membership until synced '
+        ctx.figure('static: reload -> every session on the new list '
+                   '(3 replacements, max)', max(moves) * 1000, 'ms', '%.0f')
+        ctx.figure('static: (re)start with a new membership until synced '
                    '(%d, max)' % len(restarts), max(restarts), 's', '%.1f')
-        ctx.figure('B: longest BEGIN..COMMIT during the procedure',
+        ctx.figure('static: B, longest BEGIN..COMMIT',
                    b.longest * 1000, 'ms', '%.0f')
-        ctx.figure('procedure (3 replacements and the growth)',
+        ctx.figure('static: the procedure (3 replacements, 2 growths)',
                    time.monotonic() - t_begin, 's', '%.0f')
 
-        # the end: same sessions, no error, the waiter granted
-        b.stop.set()
-        b.thread.join(STEP_S)
-        assert not b.thread.is_alive(), 'B did not stop'
-        last = sessions_of(look, pids.values())
-        assert last == first, 'sessions changed: %s -> %s' % (first, last)
-        assert not b.errors, 'B failed: %s' % b.errors[:5]
-        for step in ('replace 1', 'replace 2', 'replace 3', 'grow to 4',
-                     'grow to 5'):
-            assert b.commits_in(step) > 0, (step, b.step_commits)
-        ctx.figure('B commits (no error)', b.commits)
-        assert not c_fut.done(), 'C got the guard while A holds it'
-        # A's first statement since it locked: the lock was never lost
-        assert a.query('SELECT resource, state FROM zk_locks') == \
-            [('guard', 'held')]
-        t_unlock = time.monotonic()
-        assert a.scalar("SELECT zk_unlock('guard')") is True
-        token = c_fut.result(STEP_S)[0][0]
-        granted = time.monotonic() - t_unlock
-        assert token > 0
-        assert granted < 10, 'C granted %.1f s after the unlock' % granted
-        ctx.figure('A unlocks -> C granted', granted * 1000, 'ms', '%.0f')
-        assert c.scalar("SELECT zk_unlock('guard')") is True
-        assert c.scalar("SELECT count(*) FROM zk_locks") == 0
-
-        kz = harness.connect_kazoo(zk.connect_string)
-        zi = harness.ZkInspector(kz, ROOT)
-        wait_until(lambda: not zi.leftovers(), STEP_S, 'no node left')
-        assert not zk.ephemerals(), zk.ephemerals()
+        # B holds no lock between its transactions: a lock call there
+        # may open a new session with the reloaded list, as before
+        end_of_procedure(ctx, zk, look, a, b, c, c_fut, first,
+                         ('replace 1', 'replace 2', 'replace 3', 'grow to 4',
+                          'grow to 5'), 'static', same_b=False)
     finally:
         if b is not None:
             b.close()
-        if kz is not None:
-            kz.stop()
-            kz.close()
         try:
             if 'look' in locals():
                 look.query('ALTER SYSTEM RESET zklock.hosts')

@@ -613,12 +613,8 @@ class ZooKeeper:
                         self.is_running(s) and
                         self.static_members.get(s, frozenset(self._sids))
                         == mine])
-            try:
-                out = self.four_letter(leader, 'mntr', timeout=2.0)
-            except OSError:
-                return False
-            m = re.search(r'^zk_synced_followers\s+(\d+)', out, re.M)
-            return m is not None and int(m.group(1)) >= want
+            count = self.synced_followers(leader)
+            return count is not None and count >= want
         wait_until(synced, timeout, 'the leader to count the servers of '
                    'its membership synced (after server %d)' % sid,
                    interval=0.1)
@@ -731,14 +727,20 @@ class ZooKeeper:
             leader = self.leader()
             if leader is None:
                 return False
-            try:
-                out = self.four_letter(leader, 'mntr', timeout=2.0)
-            except OSError:
-                return False
-            m = re.search(r'^zk_synced_followers\s+(\d+)', out, re.M)
-            return m is not None and int(m.group(1)) >= want
+            count = self.synced_followers(leader)
+            return count is not None and count >= want
         wait_until(synced, timeout, 'the leader to count %d synced '
                    'follower(s)' % want, interval=0.1)
+
+    def synced_followers(self, leader):
+        """The followers server `leader` counts as synced (`mntr`
+        zk_synced_followers), or None when it does not answer so."""
+        try:
+            out = self.four_letter(leader, 'mntr', timeout=2.0)
+        except OSError:
+            return None
+        m = re.search(r'^zk_synced_followers\s+(\d+)', out, re.M)
+        return int(m.group(1)) if m else None
 
     def sid_of(self, host_port):
         """The sid of the server listening at 'host:port' (as zk_status()
