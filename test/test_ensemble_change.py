@@ -170,6 +170,45 @@ def sessions_of(look, pids):
     return {pid: session_row(look, pid)[0] for pid in pids}
 
 
+def start_three(ctx, pg, timeout):
+    """A takes the guard, B (started) commits in a loop, C waits for the
+    guard, each on a session of its own.  Returns (look, a, b, c, c_fut):
+    look is the fourth connection, c_fut C's call."""
+    look = ctx.backend('ensch-look', cluster=pg, dbname=DB)
+    a = ctx.backend('ensch-a', cluster=pg, dbname=DB)
+    c = ctx.backend('ensch-c', cluster=pg, dbname=DB)
+    assert a.scalar("SELECT zk_session_lock_exclusive('guard', "
+                    "'30 seconds')") > 0
+    b = Worker(pg, deadline_s=timeout)
+    b.thread.start()
+    try:
+        c_fut = c.submit("SELECT zk_session_lock_exclusive('guard', "
+                         "'%d seconds')" % (timeout * 2))
+        wait_until(lambda: waiting_in_extension(look, c.pid), STEP_S,
+                   'C to wait for the guard')
+        wait_until(lambda: b.commits > 0, STEP_S, 'B to commit')
+        sessions = sessions_of(look, (a.pid, b.pid, c.pid))
+        assert all(sessions.values()), sessions
+    except BaseException:
+        b.close()
+        raise
+    return look, a, b, c, c_fut
+
+
+def step_done(ctx, zk, look, a, b, c_fut, pids, step):
+    """After a step: every session on a member, B committed in it, C still
+    waiting, A idle.  Returns {pid: server}."""
+    at = wait_until(lambda: sessions_on_members(look, zk, pids.values()),
+                    STEP_S, 'every session on a member after %s' % step)
+    n = b.commits_in(step)
+    wait_until(lambda: b.commits_in(step) >= n + 3, STEP_S,
+               'B to commit after %s' % step)
+    assert not c_fut.done(), 'C got the guard while A holds it'
+    assert not a.busy
+    ctx.log('%s: servers %s' % (step, at))
+    return at
+
+
 def end_of_procedure(ctx, zk, look, a, b, c, c_fut, first, steps, label,
                      same_b=True):
     """The end of a replacement: B stops having committed in every step
@@ -227,35 +266,14 @@ def test_dynamic(ctx, make_pg):
     try:
         zk.start(timeout=120)
         pg = make_cluster(ctx, make_pg, 'ensch-dyn', zk.connect_string)
-        look = ctx.backend('ensch-look', cluster=pg, dbname=DB)
-        a = ctx.backend('ensch-a', cluster=pg, dbname=DB)
-        c = ctx.backend('ensch-c', cluster=pg, dbname=DB)
-        assert a.scalar("SELECT zk_session_lock_exclusive('guard', "
-                        "'30 seconds')") > 0
-        b = Worker(pg, deadline_s=TIMEOUT)
-        b.thread.start()
-        c_fut = c.submit("SELECT zk_session_lock_exclusive('guard', "
-                         "'%d seconds')" % (TIMEOUT * 2))
-        wait_until(lambda: waiting_in_extension(look, c.pid), STEP_S,
-                   'C to wait for the guard')
-        wait_until(lambda: b.commits > 0, STEP_S, 'B to commit')
+        look, a, b, c, c_fut = start_three(ctx, pg, TIMEOUT)
         pids = {'A': a.pid, 'B': b.pid, 'C': c.pid}
         first = sessions_of(look, pids.values())
-        assert all(first.values()), first
         ctx.log('sessions %s on %s' % (first, zk.connect_string))
 
         def check_step(step):
-            """Every session on a member, B committed in this step."""
             b.step = step
-            at = wait_until(lambda: sessions_on_members(
-                look, zk, pids.values()), STEP_S,
-                'every session on a member after %s' % step)
-            n = b.commits_in(step)
-            wait_until(lambda: b.commits_in(step) >= n + 3, STEP_S,
-                       'B to commit after %s' % step)
-            assert not c_fut.done(), 'C got the guard while A holds it'
-            ctx.log('%s: servers %s' % (step, at))
-            return at
+            return step_done(ctx, zk, look, a, b, c_fut, pids, step)
 
         # 1. three new servers join
         old = sorted(zk.members)
@@ -354,21 +372,9 @@ def test_static_rolling(ctx, make_pg):
         pg = make_cluster(ctx, make_pg, 'ensch-static', zk.connect_string,
                           {'zklock.session_timeout': '%ds'
                            % STATIC_SESSION_TIMEOUT_S})
-        look = ctx.backend('ensch-look', cluster=pg, dbname=DB)
-        a = ctx.backend('ensch-a', cluster=pg, dbname=DB)
-        c = ctx.backend('ensch-c', cluster=pg, dbname=DB)
-        assert a.scalar("SELECT zk_session_lock_exclusive('guard', "
-                        "'30 seconds')") > 0
-        b = Worker(pg, deadline_s=STATIC_TIMEOUT)
-        b.thread.start()
-        c_fut = c.submit("SELECT zk_session_lock_exclusive('guard', "
-                         "'%d seconds')" % (STATIC_TIMEOUT * 2))
-        wait_until(lambda: waiting_in_extension(look, c.pid), STEP_S,
-                   'C to wait for the guard')
-        wait_until(lambda: b.commits > 0, STEP_S, 'B to commit')
+        look, a, b, c, c_fut = start_three(ctx, pg, STATIC_TIMEOUT)
         pids = {'A': a.pid, 'B': b.pid, 'C': c.pid}
         first = sessions_of(look, pids.values())
-        assert all(first.values()), first
         ctx.log('sessions %s on %s' % (first, zk.connect_string))
         restarts = []               # seconds per start or restart
 
@@ -380,17 +386,7 @@ def test_static_rolling(ctx, make_pg):
             assert look.scalar('SELECT pg_reload_conf()') is True
 
         def check_step(step):
-            """Every session on a member, B committed in this step, C
-            still waiting."""
-            at = wait_until(lambda: sessions_on_members(
-                look, zk, pids.values()), STEP_S,
-                'every session on a member after %s' % step)
-            n = b.commits_in(step)
-            wait_until(lambda: b.commits_in(step) >= n + 3, STEP_S,
-                       'B to commit after %s' % step)
-            assert not c_fut.done(), 'C got the guard while A holds it'
-            assert not a.busy
-            ctx.log('%s: servers %s' % (step, at))
+            step_done(ctx, zk, look, a, b, c_fut, pids, step)
 
         def stop_leaving(old):
             """Stop a server that left the list, once no session of A, B
