@@ -47,6 +47,10 @@ changes (ALTER SYSTEM SET zklock.hosts, pg_reload_conf()): its next
 statement moves the same session to the new server, the lock kept; a
 list whose host does not resolve gives a WARNING and changes nothing.
 
+test_reload_at_once_reaches_holder_and_waiter: 8 rounds of a fresh idle
+holder and a fresh waiter whose servers a reload leaves out, sent right
+after the waiter began to wait: both move, same sessions.
+
 test_idle_holder_follows_reload: the same reload reaches a backend that
 holds a session lock and sends nothing at all (the postmaster publishes
 the file's value in shared memory, the session's nudge thread applies
@@ -96,9 +100,12 @@ def session_row(look, pid):
     return rows[0] if rows else (None, None)
 
 
-def waiting_in_extension(look, pid):
-    return look.scalar('SELECT wait_event_type FROM pg_stat_activity '
-                       'WHERE pid = %s', [pid]) == 'Extension'
+def waiting_for_lock(look, pid):
+    """pid waits in a lock call with its session published (zk_sessions
+    .waiting): a wait for the connection is an Extension wait too, before
+    the backend's row has its session."""
+    return look.scalar('SELECT waiting AND session_id IS NOT NULL '
+                       'FROM zk_sessions WHERE pid = %s', [pid]) is True
 
 
 class Worker:
@@ -184,11 +191,11 @@ def start_three(ctx, pg, timeout):
     try:
         c_fut = c.submit("SELECT zk_session_lock_exclusive('guard', "
                          "'%d seconds')" % (timeout * 2))
-        wait_until(lambda: waiting_in_extension(look, c.pid), STEP_S,
+        wait_until(lambda: waiting_for_lock(look, c.pid), STEP_S,
                    'C to wait for the guard')
-        wait_until(lambda: b.commits > 0, STEP_S, 'B to commit')
-        sessions = sessions_of(look, (a.pid, b.pid, c.pid))
-        assert all(sessions.values()), sessions
+        wait_until(lambda: b.commits > 0 and
+                   all(sessions_of(look, (a.pid, b.pid, c.pid)).values()),
+                   STEP_S, 'B to commit, every session in zk_sessions')
     except BaseException:
         b.close()
         raise
@@ -581,4 +588,72 @@ def test_idle_holder_follows_reload(ctx, make_pg):
         assert a.scalar("SELECT zk_unlock('guard')") is True
         assert session_row(look, a.pid)[0] == sid_before
     finally:
+        zk.stop()
+
+
+@pytest.mark.timeout(180)
+def test_reload_at_once_reaches_holder_and_waiter(ctx, make_pg):
+    """zklock preloaded, a static ensemble: a reload that leaves out the
+    servers of a fresh idle holder and of a fresh waiter, sent right after
+    the waiter began to wait (its first idle nudges, and the holder's
+    first requests, still about), moves both sessions to the new list
+    within a few heartbeat ticks, 8 times in a row.  Two bugs met here:
+    the waiter's session thread never looked at the published list (it
+    ticked only while holding), and a look that found a request in flight
+    dropped the move for good.  Built from main before the fixes it
+    fails at round 0 (the waiter stays on the server left out for 24 s),
+    and so it did with only the first fix."""
+    zk = harness.ZooKeeper(n=3, distinct_hosts=True, base_dir=ctx.workdir,
+                           name='ensch-atonce')
+    try:
+        zk.start(timeout=120)
+        zk.wait_synced(timeout=STEP_S)
+        pg = make_cluster(ctx, make_pg, 'ensch-atonce', zk.connect_string)
+        look = ctx.backend('ensch-look', cluster=pg, dbname=DB)
+        longest = 0.0
+        for rnd in range(8):
+            guard = 'atonce-%d' % rnd
+            a = ctx.backend('ensch-a%d' % rnd, cluster=pg, dbname=DB)
+            c = ctx.backend('ensch-c%d' % rnd, cluster=pg, dbname=DB)
+            assert a.scalar('SELECT zk_session_lock_exclusive(%s, '
+                            "'30 seconds')", [guard]) > 0
+            c_fut = c.submit('SELECT zk_session_lock_exclusive(%s, '
+                             "'120 seconds')", [guard])
+            wait_until(lambda: waiting_for_lock(look, c.pid), STEP_S,
+                       'C to wait for the guard')
+            sid_a, srv_a = session_row(look, a.pid)
+            sid_c, srv_c = session_row(look, c.pid)
+            keep = [s for s in (1, 2, 3)
+                    if zk.host_port(s) not in (srv_a, srv_c)]
+            new = [zk.host_port(s) for s in keep]
+            look.query('ALTER SYSTEM SET zklock.hosts = %s',
+                       [','.join(new)])
+            t0 = time.monotonic()
+            assert look.scalar('SELECT pg_reload_conf()') is True
+            try:
+                wait_until(lambda: session_row(look, a.pid)[1] in new and
+                           session_row(look, c.pid)[1] in new,
+                           6 * SESSION_TIMEOUT_S,
+                           'round %d: A and C on %s' % (rnd, new))
+            except TimeoutError:
+                ctx.log('zk_sessions: %s' % look.query(
+                    'SELECT * FROM zk_sessions'))
+                raise
+            longest = max(longest, time.monotonic() - t0)
+            assert session_row(look, a.pid)[0] == sid_a
+            assert session_row(look, c.pid)[0] == sid_c
+            assert not a.busy and not c_fut.done()
+            assert a.scalar('SELECT zk_unlock(%s)', [guard]) is True
+            assert c_fut.result(STEP_S)[0][0] > 0
+            assert c.scalar('SELECT zk_unlock(%s)', [guard]) is True
+            a.close()
+            c.close()
+        ctx.figure('reload at once -> idle holder and waiter on the new '
+                   'list (8 rounds, max)', longest * 1000, 'ms', '%.0f')
+    finally:
+        try:
+            if 'look' in locals():
+                look.query('ALTER SYSTEM RESET zklock.hosts')
+        except Exception:
+            pass
         zk.stop()
