@@ -6,6 +6,7 @@ MODULE_big = zklock
 # src/<module>/: doc/08-development.md, "Architecture"
 OBJS = src/zklock.o src/guccheck.o \
 	src/session/auth.o src/session/session.o src/session/request.o \
+	src/session/multi.o src/session/heldread.o \
 	src/session/cleanup.o src/session/watch.o src/session/nudge.o \
 	src/session/wait.o src/session/threads.o src/session/hosts.o \
 	src/session/expiry.o src/session/status.o src/session/log.o \

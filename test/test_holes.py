@@ -805,6 +805,7 @@ def test_settings_defaults(ctx):
     assert got == {
         'zklock.auth_file': '',
         'zklock.connect_timeout': '5000',
+        'zklock.follow_ensemble': 'auto',
         'zklock.hosts': '127.0.0.1:2181',
         'zklock.log_lock_waits': 'on',
         'zklock.protocol': 'curator-rw',

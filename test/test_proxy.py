@@ -1072,6 +1072,11 @@ def test_m2_request_sent_while_holding_is_nudged(ctx):
         lock_cycle(ctx, b, res, 'warm-up lock')
         b.query('BEGIN')
         token_of(b.submit(LOCK_X, [res, '10 seconds']), 15, 'the lock')
+        # its watch (sent 20 ms after the grant) confirms it at COMMIT with
+        # the sync alone, the last request before the COMMIT returns
+        wait_until(lambda: any(res in ctx.zk.four_letter(sid, 'wchc')
+                               for sid in ctx.zk.sids),
+                   10, 'the held node watched')
         # a look with a round trip, answered: nothing outstanding after it
         b.query('SELECT state FROM zk_locks')
         held = []

@@ -253,9 +253,15 @@ def test_tunnel(ctx):
     wait_until(lambda: f0.done() or f1.done(), DEADLOCK_BOUND_S + MARGIN_S,
                'one member of the cycle to end', interval=0.01)
     dl_s = time.monotonic() - t0
-    victim, survivor = ((b0, f0), (b1, f1)) if f0.done() else \
-        ((b1, f1), (b0, f0))
-    err = expect_sqlstate(victim[1], '40P01', 1, 'the first to end')
+    # The victim's error releases its lock and the survivor is granted at
+    # once: the survivor's statement may return first (a four-lane run on
+    # 15 saw it), so both are awaited and the victim is the one that
+    # failed.
+    wait_until(lambda: f0.done() and f1.done(), 30,
+               'both members of the cycle to end', interval=0.01)
+    victim, survivor = ((b1, f1), (b0, f0)) if f0.exception() is None else \
+        ((b0, f0), (b1, f1))
+    err = expect_sqlstate(victim[1], '40P01', 1, 'the victim')
     victim[0].query('ROLLBACK')
     token_of(survivor[1], 30, 'the survivor of the cycle')
     survivor[0].query('COMMIT')

@@ -11,7 +11,8 @@
  * CHECK_FOR_INTERRUPTS() is the query cancel.  So the watcher, on
  * libzookeeper's thread, does what StatementCancelHandler does (postgres.c):
  * QueryCancelPending, a barrier, InterruptPending, then SetLatch (after
- * zks_mutex is released, as every watcher event does).  These are aligned
+ * zks_mutex is released: an armed cancel always wakes, see
+ * zks_take_wake_locked).  These are aligned
  * sig_atomic_t stores that the backend already tolerates at any instruction,
  * since a signal handler makes them; nothing else of PostgreSQL runs on the
  * thread (the reply nudge's thread, for the loss clock of session/nudge.c,
@@ -146,6 +147,7 @@ zksc_clock_lost(int timeout_ms)
 		clock_timeout_ms = timeout_ms;
 		zksc_loss_locked();
 	}
+	(void) zks_take_wake_locked();	/* woken here, whatever it owed */
 	pthread_mutex_unlock(&zks_mutex);
 	zks_wake_backend();
 }

@@ -28,7 +28,15 @@
  * notifications 3.8 delivers for one change (measured) and a config read
  * from a server that has not yet seen the newest one (reads may be
  * stale: ZooKeeper orders a session's reads, not reads across servers).
- * A static ensemble (version 0) is never followed (ensconf.c).
+ * A static ensemble (version 0) is never followed (ensconf.c), and not
+ * watched either: its config cannot change without restarting its
+ * servers (reconfigEnabled is read at start), and a restart costs the
+ * session a reconnect, whose CONNECTED reads it again.  So on a static
+ * ensemble -- Debian's default -- each connect costs one read and no
+ * watch; a dynamic one is read again with a watch once it shows a
+ * version (and only by a session that follows it), so that a waiter's
+ * session holds its one watch, not two, and the server keeps no watch
+ * per session it cannot fire.
  *
  * zklock.follow_ensemble: off never reads the config; on follows every
  * usable config; auto (the default) follows only when every host:port of
@@ -337,8 +345,13 @@ zke_apply(void)
 	return zrc;
 }
 
-/* Read the config with a watch (zks_mutex held, a live handle). */
-static void read_config_locked(zhandle_t *h);
+/*
+ * Read the config (zks_mutex held, a live handle), with a watch once it is
+ * known to be dynamic and followed.
+ */
+static void read_config_locked(zhandle_t *h, bool watch);
+static bool config_watched = false;	/* the session's config read set a
+									 * watch: dynamic, followed */
 
 static void
 config_completion(int rc, const char *value, int value_len,
@@ -348,6 +361,8 @@ config_completion(int rc, const char *value, int value_len,
 	uint64_t	version = 0;
 	ZkecResult	r = ZKEC_BAD;
 	bool		apply = false;
+
+	bool		watched = data != NULL;
 
 	zkn_answered(rc);
 	/* a failed read: the next CONNECTED reads again */
@@ -376,6 +391,14 @@ config_completion(int rc, const char *value, int value_len,
 			}
 		}
 	}
+	/* dynamic and followed: the changes are what it follows, watch them */
+	if (!watched && r == ZKEC_OK && zh != NULL && !zh_closing &&
+		(follow_setting == ZKS_FOLLOW_ON ||
+		 (follow_setting == ZKS_FOLLOW_AUTO && auto_state > 0)))
+	{
+		config_watched = true;
+		read_config_locked(zh, true);
+	}
 	pthread_mutex_unlock(&zks_mutex);
 
 	/*
@@ -387,10 +410,17 @@ config_completion(int rc, const char *value, int value_len,
 }
 
 static void
-read_config_locked(zhandle_t *h)
+read_config_locked(zhandle_t *h, bool watch)
 {
-	if (zoo_awgetconfig(h, config_watcher, NULL, config_completion,
-						NULL) == ZOK)
+	int			zrc;
+
+	/* (the completion's data says whether this read set a watch) */
+	if (watch)
+		zrc = zoo_awgetconfig(h, config_watcher, NULL, config_completion,
+							  (const void *) 1);
+	else
+		zrc = zoo_agetconfig(h, 0, config_completion, NULL);
+	if (zrc == ZOK)
 		zkn_sent();
 }
 
@@ -407,7 +437,7 @@ config_watcher(zhandle_t *h, int type, int state, const char *path,
 	pthread_mutex_lock(&zks_mutex);
 	if (zh == h && !zh_closing && follow_setting != ZKS_FOLLOW_OFF &&
 		path != NULL && strcmp(path, ZOO_CONFIG_NODE) == 0)
-		read_config_locked(h);
+		read_config_locked(h, true);
 	pthread_mutex_unlock(&zks_mutex);
 	/* the server spoke: the loss clock counts it (session/nudge.c) */
 	zkn_heard();
@@ -418,7 +448,7 @@ void
 zke_connected_locked(zhandle_t *h)
 {
 	if (follow_setting != ZKS_FOLLOW_OFF && !zh_closing)
-		read_config_locked(h);
+		read_config_locked(h, config_watched);
 }
 
 /*
@@ -426,8 +456,14 @@ zke_connected_locked(zhandle_t *h)
  * file's zklock.hosts changed (session/hostslot.c), and the backend's own
  * value was the file's when it last looked: the session takes the new
  * value now, the backend's own setting catching up at its next command.
+ * Returns zke_apply's code: ZKE_BUSY when a request was in flight, and
+ * the decision then waits for the nudge thread to apply it once none is
+ * (before, it was dropped: the file's generation is looked at once, so
+ * an idle holder whose heartbeat happened to be in flight never moved --
+ * the likely cause of a 60 s timeout of test_idle_holder_follows_reload
+ * in a four-lane run, which passed alone).
  */
-void
+int
 zke_file_tick(void)
 {
 	char		value[ZKHS_HOSTS_MAX];
@@ -440,11 +476,11 @@ zke_file_tick(void)
 		zh == NULL || zh_closing)
 	{
 		pthread_mutex_unlock(&zks_mutex);
-		return;
+		return ZOK;
 	}
 	pthread_mutex_unlock(&zks_mutex);
 	if (!zkhs_read(value, &generation))
-		return;					/* tried again at the next tick */
+		return ZOK;				/* tried again at the next tick */
 	len = strlen(value);
 	if (len > 0 && value[len - 1] == '/')
 		value[len - 1] = '\0';
@@ -459,18 +495,8 @@ zke_file_tick(void)
 			apply = want_locked(value);
 	}
 	pthread_mutex_unlock(&zks_mutex);
-
-	/*
-	 * Through the thread's own apply request, as for a followed config:
-	 * its loop retries a move refused for requests in flight once they
-	 * are answered.  Calling zke_apply here dropped such a refusal, and
-	 * nothing asked again for a backend that sends nothing: the thread is
-	 * often woken by a request just sent (zkn_sent), or ticks while a
-	 * waiter's idle nudge is out (test_static_rolling: the idle holder
-	 * and the waiter still on the server left out 60 s after the reload).
-	 */
-	if (apply && !zkn_request_apply())
-		(void) zke_apply();
+	/* ZKE_BUSY: the caller applies it once nothing is in flight */
+	return apply ? zke_apply() : ZOK;
 }
 
 /* ----------------------------------------------------------------
@@ -504,7 +530,7 @@ zke_session_opened_locked(const char *hosts)
 	/* connected before zh was set: that CONNECTED's read was ignored */
 	if (zk_state == ZOO_CONNECTED_STATE && zh != NULL &&
 		follow_setting != ZKS_FOLLOW_OFF)
-		read_config_locked(zh);
+		read_config_locked(zh, false);
 }
 
 /* The handle is gone (zks_mutex held). */
@@ -520,6 +546,7 @@ zke_handle_closed_locked(void)
 	done_seq = wanted_seq;
 	auto_state = 0;
 	applied_version = 0;
+	config_watched = false;
 	report_version = reported_version = 0;
 	refused_version = refused_reported = deciding_version = 0;
 	follows_file = false;

@@ -5,7 +5,9 @@
  *	  calls, their completions (on libzookeeper's completion thread), the
  *	  backend's interruptible wait for a reply, their results, and handing
  *	  them back -- a create that succeeds after its waiter gave up has its
- *	  node deleted (session/cleanup.c).
+ *	  node deleted (session/cleanup.c).  Requests of many operations are
+ *	  session/multi.c's, the held nodes' reads session/heldread.c's; the
+ *	  request's insides they share are in request_int.h.
  *
  * Part of the session layer (see session.c): a completion may call
  * nothing of PostgreSQL but SetLatch; it stores what it got in malloc'd
@@ -25,54 +27,8 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
-#include "recipe/revokeform.h"
-#include "session/session.h"
-#include "session/session_int.h"
+#include "session/request_int.h"
 #include "zklock.h"
-
-typedef enum ReqState
-{
-	REQ_PENDING,				/* sent, no reply yet, backend waits */
-	REQ_DONE,					/* reply stored, backend not done with it */
-	REQ_ABANDONED				/* backend gave up; the completion frees it */
-} ReqState;
-
-typedef enum ReqKind
-{
-	KIND_CREATE,
-	KIND_CHILDREN,
-	KIND_EXISTS,
-	KIND_GET,
-	KIND_SYNC,
-	KIND_MULTI,
-	KIND_MULTI_CREATE			/* contender creates in one multi request */
-} ReqKind;
-
-struct ZksRequest
-{
-	ReqKind		kind;
-	ReqState	state;
-	int			zrc;			/* libzookeeper's return code */
-	bool		ephemeral;		/* create of a contender node */
-	bool		taken;			/* caller took ownership of created node */
-	char	   *path;			/* request path (malloc) */
-	char	   *created;		/* create: the node's path (malloc) */
-	struct Stat stat;
-	bool		has_stat;
-	char	  **children;		/* children: names (malloc) */
-	int			nchildren;
-	char	   *value;			/* get: the node's data (malloc) */
-	int			value_len;
-	zoo_op_result_t *results;	/* multi: written by the reply (malloc) */
-	int			nops;			/* multi create: how many nodes ... */
-	char	  **prefixes;		/* ... their paths as asked (malloc) ... */
-	char	   *names;			/* ... and the created paths, written into
-								 * nops slots of name_len bytes by the
-								 * library at the reply (malloc) */
-	int			name_len;
-	struct ZksRequest *prev;	/* in the abandoned list */
-	struct ZksRequest *next;
-};
 
 /*
  * Requests the backend gave up on while their reply was outstanding.  Their
@@ -88,8 +44,8 @@ static ZksRequest *abandoned = NULL;
  * ----------------------------------------------------------------
  */
 
-static void
-free_request(ZksRequest *req)
+void
+zksr_free_request(ZksRequest *req)
 {
 	free(req->path);
 	free(req->created);
@@ -111,8 +67,8 @@ free_request(ZksRequest *req)
 	free(req);
 }
 
-static void
-link_abandoned_locked(ZksRequest *req)
+void
+zksr_link_abandoned_locked(ZksRequest *req)
 {
 	req->state = REQ_ABANDONED;
 	req->prev = NULL;
@@ -122,8 +78,8 @@ link_abandoned_locked(ZksRequest *req)
 	abandoned = req;
 }
 
-static void
-unlink_abandoned_locked(ZksRequest *req)
+void
+zksr_unlink_abandoned_locked(ZksRequest *req)
 {
 	if (req->prev)
 		req->prev->next = req->next;
@@ -140,8 +96,8 @@ unlink_abandoned_locked(ZksRequest *req)
  * for nobody must go at once, or it would block the lock until this
  * backend exits.
  */
-static void
-finish_abandoned_locked(ZksRequest *req, int rc, const char *created)
+void
+zksr_finish_abandoned_locked(ZksRequest *req, int rc, const char *created)
 {
 	if (req->kind == KIND_CREATE && req->ephemeral && !req->taken &&
 		!zh_closing)
@@ -175,7 +131,7 @@ finish_abandoned_locked(ZksRequest *req, int rc, const char *created)
 			for (int i = 0; i < req->nops; i++)
 				zkt_sweep_for_create_locked(req->prefixes[i]);
 	}
-	free_request(req);
+	zksr_free_request(req);
 }
 
 static void
@@ -188,8 +144,8 @@ create_completion(int rc, const char *value, const struct Stat *stat,
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
 	{
-		unlink_abandoned_locked(req);
-		finish_abandoned_locked(req, rc, value);
+		zksr_unlink_abandoned_locked(req);
+		zksr_finish_abandoned_locked(req, rc, value);
 	}
 	else
 	{
@@ -219,17 +175,17 @@ create_completion(int rc, const char *value, const struct Stat *stat,
  * The protocol every completion but the create's follows.  Returns false
  * if the backend gave up on the request (it is freed then); otherwise
  * returns with zks_mutex held and the code stored, and the caller stores
- * its results and calls completion_end().
+ * its results and calls zksr_completion_end().
  */
-static bool
-completion_begin(ZksRequest *req, int rc)
+bool
+zksr_completion_begin(ZksRequest *req, int rc)
 {
 	zkn_answered(rc);
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_ABANDONED)
 	{
-		unlink_abandoned_locked(req);
-		free_request(req);
+		zksr_unlink_abandoned_locked(req);
+		zksr_free_request(req);
 		pthread_mutex_unlock(&zks_mutex);
 		return false;
 	}
@@ -237,8 +193,8 @@ completion_begin(ZksRequest *req, int rc)
 	return true;
 }
 
-static void
-completion_end(ZksRequest *req)
+void
+zksr_completion_end(ZksRequest *req)
 {
 	req->state = REQ_DONE;
 	pthread_mutex_unlock(&zks_mutex);
@@ -251,7 +207,7 @@ children_completion(int rc, const struct String_vector *strings,
 {
 	ZksRequest *req = (ZksRequest *) data;
 
-	if (!completion_begin(req, rc))
+	if (!zksr_completion_begin(req, rc))
 		return;
 	if (rc == ZOK && strings != NULL && strings->count > 0)
 	{
@@ -269,7 +225,7 @@ children_completion(int rc, const struct String_vector *strings,
 			}
 		}
 	}
-	completion_end(req);
+	zksr_completion_end(req);
 }
 
 static void
@@ -287,41 +243,10 @@ exists_completion(int rc, const struct Stat *stat, const void *data)
 {
 	ZksRequest *req = (ZksRequest *) data;
 
-	if (!completion_begin(req, rc))
+	if (!zksr_completion_begin(req, rc))
 		return;
 	store_stat(req, rc, stat);
-	completion_end(req);
-}
-
-static void
-multi_completion(int rc, const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	if (!completion_begin(req, rc))
-		return;
-	completion_end(req);
-}
-
-static void
-multi_create_completion(int rc, const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	zkn_answered(rc);
-	pthread_mutex_lock(&zks_mutex);
-	if (req->state == REQ_ABANDONED)
-	{
-		unlink_abandoned_locked(req);
-		finish_abandoned_locked(req, rc, NULL);
-	}
-	else
-	{
-		req->zrc = rc;
-		req->state = REQ_DONE;
-	}
-	pthread_mutex_unlock(&zks_mutex);
-	zks_wake_backend();
+	zksr_completion_end(req);
 }
 
 static void
@@ -330,7 +255,7 @@ get_completion(int rc, const char *value, int value_len,
 {
 	ZksRequest *req = (ZksRequest *) data;
 
-	if (!completion_begin(req, rc))
+	if (!zksr_completion_begin(req, rc))
 		return;
 	store_stat(req, rc, stat);
 	/* no more than any reader needs (session.h, ZKS_MAX_VALUE_BYTES) */
@@ -347,7 +272,7 @@ get_completion(int rc, const char *value, int value_len,
 			req->value_len = value_len;
 		}
 	}
-	completion_end(req);
+	zksr_completion_end(req);
 }
 
 static void
@@ -355,8 +280,8 @@ sync_completion(int rc, const char *value, const void *data)
 {
 	ZksRequest *req = (ZksRequest *) data;
 
-	if (completion_begin(req, rc))
-		completion_end(req);
+	if (zksr_completion_begin(req, rc))
+		zksr_completion_end(req);
 }
 
 /* ----------------------------------------------------------------
@@ -384,8 +309,8 @@ map_rc(int zrc)
 	return ZKS_ERROR;
 }
 
-static ZksRequest *
-new_request(ReqKind kind, const char *path)
+ZksRequest *
+zksr_new_request(ReqKind kind, const char *path)
 {
 	ZksRequest *req = calloc(1, sizeof(ZksRequest));
 
@@ -403,23 +328,11 @@ new_request(ReqKind kind, const char *path)
 	return req;
 }
 
-/*
- * Every request is sent, and counted by the reply nudge, under zks_mutex:
- * holding it, session/ensemble.c can tell that nothing is in flight and
- * none is being sent before it moves the connection (libzookeeper 3.8.0
- * loses track of requests in flight when zoo_set_servers moves it).  An
- * async call only queues the request, so the mutex is held briefly.
- * SEND(req, call) locks, makes the call (or refuses it without a handle)
- * and hands the code to sent_locked, which counts and unlocks.
- */
-#define SEND(req, call) \
-	(pthread_mutex_lock(&zks_mutex), \
-	 sent_locked((req), zh == NULL ? ZINVALIDSTATE : (call)))
 
 static ZksRequest *sent(ZksRequest *req, int zrc);
 
-static ZksRequest *
-sent_locked(ZksRequest *req, int zrc)
+ZksRequest *
+zksr_sent_locked(ZksRequest *req, int zrc)
 {
 	/* (a marshalling or system error may still run the completion) */
 	if (zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
@@ -457,7 +370,7 @@ sent(ZksRequest *req, int zrc)
 			done->path = strdup(req->path);
 			done->ephemeral = req->ephemeral;
 		}
-		link_abandoned_locked(req);
+		zksr_link_abandoned_locked(req);
 		if (done == NULL || done->path == NULL)
 		{
 			pthread_mutex_unlock(&zks_mutex);
@@ -479,7 +392,7 @@ ZksRequest *
 zks_send_create(const char *path, const char *data, int datalen,
 				ZksCreateMode mode)
 {
-	ZksRequest *req = new_request(KIND_CREATE, path);
+	ZksRequest *req = zksr_new_request(KIND_CREATE, path);
 	int			zmode;
 
 	/* an ephemeral node nobody claims is deleted, whatever it is for */
@@ -496,7 +409,7 @@ zks_send_create(const char *path, const char *data, int datalen,
 ZksRequest *
 zks_send_children(const char *path, bool watch)
 {
-	ZksRequest *req = new_request(KIND_CHILDREN, path);
+	ZksRequest *req = zksr_new_request(KIND_CHILDREN, path);
 
 	return SEND(req, zoo_aget_children(zh, path, watch ? 1 : 0,
 									   children_completion, req));
@@ -505,7 +418,7 @@ zks_send_children(const char *path, bool watch)
 ZksRequest *
 zks_send_exists(const char *path, bool watch)
 {
-	ZksRequest *req = new_request(KIND_EXISTS, path);
+	ZksRequest *req = zksr_new_request(KIND_EXISTS, path);
 
 	return SEND(req, zoo_aexists(zh, path, watch ? 1 : 0, exists_completion, req));
 }
@@ -517,202 +430,16 @@ zks_send_exists(const char *path, bool watch)
 ZksRequest *
 zks_send_set(const char *path, const char *data, int len, int version)
 {
-	ZksRequest *req = new_request(KIND_EXISTS, path);
+	ZksRequest *req = zksr_new_request(KIND_EXISTS, path);
 
 	return SEND(req, zoo_aset(zh, path, data, len, version, exists_completion,
 							  req));
 }
 
 ZksRequest *
-zks_send_checks(const char *const *paths, int n, int *taken)
-{
-	ZksRequest *req = new_request(KIND_MULTI, paths[0]);
-	zoo_op_t   *ops;
-
-	*taken = zkt_batch_fit(paths, n);
-	ops = malloc(*taken * sizeof(zoo_op_t));
-	req->results = malloc(*taken * sizeof(zoo_op_result_t));
-	if (ops == NULL || req->results == NULL)
-	{
-		free(ops);
-		free_request(req);
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	}
-	for (int i = 0; i < *taken; i++)
-		zoo_check_op_init(&ops[i], paths[i], -1);
-
-	/* the request is serialized here: ops need not outlive the call */
-	req = SEND(req, zoo_amulti(zh, *taken, ops, req->results,
-							   multi_completion, req));
-	free(ops);
-	return req;
-}
-
-/* ZooKeeper's opcode createContainer (OpCode.java; proto.h is not installed) */
-#define ZKS_CREATE_CONTAINER_OP 19
-
-/* What one container create of a multi costs: its path, the ACL, framing. */
-#define CONTAINER_OP_OVERHEAD 64
-
-/*
- * One multi request creating CONTAINER nodes (empty, with the usual ACL)
- * at the first *taken of the n paths.  Applied as a whole: ZKS_OK means
- * all of them were made, anything else (NODEEXISTS for one that was
- * there) that none was.  Nothing to clean up on zks_done(): containers go
- * when empty.
- */
-ZksRequest *
-zks_send_containers(const char *const *paths, int n, int *taken)
-{
-	ZksRequest *req = new_request(KIND_MULTI, paths[0]);
-	zoo_op_t   *ops;
-	size_t		longest = 0;
-	size_t		bytes = 0;
-	int			fit = 0;
-
-	while (fit < n && fit < BATCH_MAX_OPS)
-	{
-		size_t		len = strlen(paths[fit]) + CONTAINER_OP_OVERHEAD;
-
-		if (fit > 0 && bytes + len > BATCH_MAX_BYTES)
-			break;
-		bytes += len;
-		longest = Max(longest, strlen(paths[fit]));
-		fit++;
-	}
-	*taken = fit;
-	req->name_len = longest + 1;
-	ops = malloc(fit * sizeof(zoo_op_t));
-	req->results = calloc(fit, sizeof(zoo_op_result_t));
-	req->names = calloc(fit, req->name_len);
-	if (ops == NULL || req->results == NULL || req->names == NULL)
-	{
-		free(ops);
-		free_request(req);
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	}
-	for (int i = 0; i < fit; i++)
-	{
-		zoo_create_op_init(&ops[i], paths[i], "", 0, zks_create_acl(),
-						   ZOO_CONTAINER,
-						   req->names + (size_t) i * req->name_len,
-						   req->name_len);
-
-		/*
-		 * libzookeeper 3.8 gives a multi's create op the plain create
-		 * opcode whatever the flags, and the server then makes a
-		 * PERSISTENT node, never reaped.  A container needs its own
-		 * opcode (createContainer, 19), which the library serializes as
-		 * a create (test_lockset checks what the server made).
-		 */
-		ops[i].type = ZKS_CREATE_CONTAINER_OP;
-	}
-	req = SEND(req, zoo_amulti(zh, fit, ops, req->results, multi_completion,
-							   req));
-	free(ops);
-	return req;
-}
-
-/*
- * What one create of a multi costs in the request: its path, its data and
- * the ACL, plus about 40 bytes of framing.
- */
-#define CREATE_OP_OVERHEAD 64
-
-ZksRequest *
-zks_send_creates(const char *const *paths, int n, const char *data,
-				 int datalen, int *taken)
-{
-	ZksRequest *req = new_request(KIND_MULTI_CREATE, paths[0]);
-	zoo_op_t   *ops;
-	size_t		longest = 0;
-	size_t		bytes = 0;
-	int			fit = 0;
-
-	while (fit < n && fit < BATCH_MAX_OPS)
-	{
-		size_t		len = strlen(paths[fit]) + datalen + CREATE_OP_OVERHEAD;
-
-		if (fit > 0 && bytes + len > BATCH_MAX_BYTES)
-			break;
-		bytes += len;
-		longest = Max(longest, strlen(paths[fit]));
-		fit++;
-	}
-	*taken = fit;
-
-	/* room for the sequence number ZooKeeper appends (10 digits) */
-	req->name_len = longest + 16;
-	ops = malloc(fit * sizeof(zoo_op_t));
-	req->results = calloc(fit, sizeof(zoo_op_result_t));
-	req->prefixes = calloc(fit, sizeof(char *));
-	req->names = calloc(fit, req->name_len);
-	if (ops != NULL && req->prefixes != NULL)
-	{
-		for (int i = 0; i < fit; i++)
-		{
-			req->prefixes[i] = strdup(paths[i]);
-			if (req->prefixes[i] == NULL)
-				break;
-			req->nops++;
-		}
-	}
-	if (ops == NULL || req->results == NULL || req->names == NULL ||
-		req->nops < fit)
-	{
-		free(ops);
-		free_request(req);
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	}
-	req->ephemeral = true;
-
-	/*
-	 * The request is serialized here, but the library writes each created
-	 * path into its buffer only at the reply: the buffers are the
-	 * request's, freed with it.
-	 */
-	for (int i = 0; i < fit; i++)
-		zoo_create_op_init(&ops[i], paths[i], data, datalen,
-						   zks_create_acl(),
-						   ZOO_EPHEMERAL_SEQUENTIAL,
-						   req->names + (size_t) i * req->name_len,
-						   req->name_len);
-	req = SEND(req, zoo_amulti(zh, fit, ops, req->results,
-							   multi_create_completion, req));
-	free(ops);
-	return req;
-}
-
-char *
-zks_take_created_path_at(ZksRequest *req, int i)
-{
-	Assert(req->kind == KIND_MULTI_CREATE && req->state == REQ_DONE &&
-		   req->zrc == ZOK && i < req->nops);
-	return pstrdup(req->names + (size_t) i * req->name_len);
-}
-
-int
-zks_failed_op(ZksRequest *req)
-{
-	Assert(req->state == REQ_DONE);
-	/* the ops after the one that failed report a rollback, not a cause */
-	for (int i = 0; req->results != NULL && i < req->nops; i++)
-		if (req->results[i].err != ZOK &&
-			req->results[i].err != ZRUNTIMEINCONSISTENCY)
-			return i;
-	return 0;
-}
-
-ZksRequest *
 zks_send_watch_data(const char *path)
 {
-	ZksRequest *req = new_request(KIND_GET, path);
+	ZksRequest *req = zksr_new_request(KIND_GET, path);
 
 	/*
 	 * A data watch, as Curator sets on its predecessor: the server
@@ -724,110 +451,10 @@ zks_send_watch_data(const char *path)
 	return SEND(req, zoo_aget(zh, path, 1, get_completion, req));
 }
 
-/*
- * The reply to a held node's watch (zks_watch_held).  Nobody waits for it:
- * the request sits in the abandoned list from the start, so that a close
- * frees it if this never runs.
- */
-static void
-held_watch_completion(int rc, const char *value, int value_len,
-					  const struct Stat *stat, const void *data)
-{
-	ZksRequest *req = (ZksRequest *) data;
-
-	bool		wake;
-
-	zkn_answered(rc);
-	pthread_mutex_lock(&zks_mutex);
-	zkw_held_reply_locked(req->path, rc, value, value_len, stat);
-	unlink_abandoned_locked(req);
-	free_request(req);
-	wake = zks_take_wake_locked();
-	pthread_mutex_unlock(&zks_mutex);
-	if (wake)
-		zks_wake_backend();
-}
-
-/*
- * Never raises: the node is already in the lock table.  A watch that
- * cannot be sent leaves the node's entry spent, as after a lost reply.
- */
-void
-zks_send_held_watch(const char *path)
-{
-	pthread_mutex_lock(&zks_mutex);
-	if (!zksr_reread_held_locked(path))
-		zkw_held_reply_locked(path, ZINVALIDSTATE, NULL, 0, NULL);
-	pthread_mutex_unlock(&zks_mutex);
-}
-
-/* The reply to a rewrite: nobody waits for it. */
-static void
-rewrite_completion(int rc, const struct Stat *stat, const void *data)
-{
-	zkn_answered(rc);
-}
-
-bool
-zksr_rewrite_locked(const char *path, const char *owner, const char *request,
-					int version)
-{
-	char		buf[ZKS_REVOKE_BY_MAX + 4096];
-	size_t		len = zkv_build(owner, strlen(owner), request, buf, sizeof(buf));
-	int			zrc;
-
-	if (len == 0 || zh == NULL || zh_closing)
-		return false;
-	/* (a newer version: someone wrote since, and is heard of in turn) */
-	zrc = zoo_aset(zh, path, buf, (int) len, version, rewrite_completion,
-				   NULL);
-	if (zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
-		zkn_sent();
-	return zrc == ZOK;
-}
-
-/*
- * The same read, sent by the backend for a node it now holds and by the
- * session watcher when a held node's data changed (zks_mutex held; an
- * async call only queues the request, as the nudge thread's do, so it is
- * made under the mutex from any thread).  False if nothing was sent: no
- * completion will come.
- */
-bool
-zksr_reread_held_locked(const char *path)
-{
-	ZksRequest *req;
-	int			zrc;
-
-	if (zh == NULL || zh_closing)
-		return false;
-	req = calloc(1, sizeof(ZksRequest));
-	if (req == NULL || (req->path = strdup(path)) == NULL)
-	{
-		free(req);
-		return false;
-	}
-	req->kind = KIND_GET;
-	link_abandoned_locked(req);
-	zrc = zoo_aget(zh, path, 1, held_watch_completion, req);
-	if (zrc == ZOK || zrc == ZMARSHALLINGERROR || zrc == ZSYSTEMERROR)
-		zkn_sent();
-	if (zrc == ZOK)
-		return true;
-	/* refused before its completion was registered: nobody frees it */
-	if (zrc != ZMARSHALLINGERROR && zrc != ZSYSTEMERROR)
-	{
-		unlink_abandoned_locked(req);
-		free_request(req);
-		return false;
-	}
-	return true;				/* its completion still comes */
-}
-
 ZksRequest *
 zks_send_get(const char *path)
 {
-	ZksRequest *req = new_request(KIND_GET, path);
+	ZksRequest *req = zksr_new_request(KIND_GET, path);
 
 	return SEND(req, zoo_aget(zh, path, 0, get_completion, req));
 }
@@ -835,7 +462,7 @@ zks_send_get(const char *path)
 ZksRequest *
 zks_send_sync(const char *path)
 {
-	ZksRequest *req = new_request(KIND_SYNC, path);
+	ZksRequest *req = zksr_new_request(KIND_SYNC, path);
 
 	return SEND(req, zoo_async(zh, path, sync_completion, req));
 }
@@ -962,13 +589,13 @@ zks_done(ZksRequest *req)
 		return;
 	pthread_mutex_lock(&zks_mutex);
 	if (req->state == REQ_PENDING)
-		link_abandoned_locked(req);
+		zksr_link_abandoned_locked(req);
 	else
 	{
 		if (req->kind == KIND_CREATE || req->kind == KIND_MULTI_CREATE)
-			finish_abandoned_locked(req, req->zrc, req->created);
+			zksr_finish_abandoned_locked(req, req->zrc, req->created);
 		else
-			free_request(req);
+			zksr_free_request(req);
 	}
 	pthread_mutex_unlock(&zks_mutex);
 }
@@ -981,7 +608,7 @@ zksr_free_abandoned_locked(void)
 	{
 		ZksRequest *req = abandoned;
 
-		unlink_abandoned_locked(req);
-		free_request(req);
+		zksr_unlink_abandoned_locked(req);
+		zksr_free_request(req);
 	}
 }

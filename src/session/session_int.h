@@ -180,7 +180,7 @@ extern bool zkhs_read(char *buf, uint64 *generation);
  * file's (zks_mutex held); the nudge thread applies a changed file.
  */
 extern void zke_note_file_locked(const char *backend_hosts);
-extern void zke_file_tick(void);
+extern int	zke_file_tick(void);
 
 /* session/hosts.c: zks_hosts_check from zks_connect (retries a refusal) */
 extern void zks_hosts_check_call(void);

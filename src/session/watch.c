@@ -251,7 +251,7 @@ zks_watch_held(const char *path, const char *owner)
 		if (watched[i].state == ZKS_WATCH_DELETED)
 			zksc_loss_locked();
 		else if (watched[i].state == ZKS_WATCH_SPENT &&
-				 watched[i].held_due_ns == 0)
+				 watched[i].held_due_ns == 0 && !watched[i].rereading)
 		{
 			watched[i].state = ZKS_WATCH_ARMED;
 			send = true;
@@ -269,9 +269,15 @@ zks_watch_held(const char *path, const char *owner)
 /*
  * Send the held nodes' watches that are due by now (the nudge thread,
  * zks_mutex held).  Returns when the next one is due, 0 if none waits.
- * Armed before the read is queued, as zks_send_held_watch does: a commit
- * check that reads "armed" sends its sync behind this read, whose reply
- * is handled first.
+ * Sent as a re-read: the entry stays spent until the read's OK arms it.
+ * Not armed before the read is queued, as the backend's own send is:
+ * the commit check sends its sync first and reads the states after, so
+ * on this thread a read queued between the two would sit behind the
+ * sync, and "armed" would let the check confirm a node deleted before
+ * the watch was set (the read's NONODE is handled only after the sync's
+ * reply).  Armed by the OK instead, the node is shown to have outlived
+ * the read, sent before or after the sync.  A read a lost connection
+ * took with it is owed, and sent again once connected.
  */
 int64_t
 zkw_send_due_held_locked(int64_t now)
@@ -291,12 +297,7 @@ zkw_send_due_held_locked(int64_t now)
 			continue;
 		}
 		watched[i].held_due_ns = 0;
-		if (watched[i].state == ZKS_WATCH_DELETED)
-			continue;
-		watched[i].state = ZKS_WATCH_ARMED;
-		if (!zksr_reread_held_locked(watched[i].path))
-			zkw_held_reply_locked(watched[i].path, ZINVALIDSTATE, NULL, 0,
-								  NULL);
+		reread_locked(i);
 	}
 	return next;
 }
