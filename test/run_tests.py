@@ -78,7 +78,7 @@ MODULE_SECONDS = {
     'test_threads': 5, 'test_zoocfg': 4, 'test_config': 4,
     'test_regress': 3, 'test_unit': 2, 'test_pooler': 2, 'test_security': 1,
     'test_package': 1, 'test_cron': 1, 'test_revoke': 15, 'test_tls': 32,
-    'test_ensemble_change': 45,
+    'test_ensemble_change': 100,
 }
 # Modules whose time depends on the major: test_cron runs pg_cron's jobs
 # only where pg_cron is installed (Debian's 15), about 215 s there, and

@@ -16,7 +16,10 @@
  * the backend holds a lock (the loss clock's heartbeat, every 0.3 session
  * timeouts), reads the generation, and when it changed and the backend's
  * own zklock.hosts was the file's, gives the new value to the session
- * (session/ensemble.c): zoo_set_servers on the same session.  A value set
+ * (session/ensemble.c): zoo_set_servers on the same session.  With the
+ * slot, the thread also ticks at that pace while the backend holds
+ * nothing (session/nudge.c): a backend waiting in a lock call must follow
+ * too, or its place in the queue goes with its old servers.  A value set
  * by SET, ALTER ROLE or ALTER DATABASE differs from the file's, and is
  * never overridden.
  *

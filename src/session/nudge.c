@@ -48,9 +48,12 @@
  *
  * The thread also applies the server list the ensemble publishes
  * (session/ensemble.c says why here: zoo_set_servers resolves names on the
- * calling thread, which must not be the completion thread), and, at its
- * ticks while the backend holds a lock, a reloaded zklock.hosts that the
- * postmaster published (session/hostslot.c).
+ * calling thread, which must not be the completion thread), and a
+ * reloaded zklock.hosts that the postmaster published (session/hostslot.c):
+ * looked at whenever the thread wakes, and with zklock preloaded it wakes
+ * at least every three tenths of the session timeout while the session
+ * is open, so that a backend waiting for a lock (which holds none, so no
+ * loss clock ticks for it) or holding none follows too.
  *
  * The thread rule holds: this thread and the completions here call
  * nothing of PostgreSQL.  The thread is started with every signal blocked
@@ -534,7 +537,26 @@ nudge_main(void *arg)
 			 */
 			clock_wake = earlier(clock_wake, held_due_ns != 0 ? held_due_ns : -1);
 			idle_waiting = true;
-			if (clock_wake < 0)
+			if (clock_wake < 0 && zkhs_generation() != 0 && timeout_ms > 0)
+			{
+				/*
+				 * No clock, but zklock is preloaded: look at the published
+				 * zklock.hosts (session/hostslot.c) at the heartbeat's
+				 * pace all the same.  A backend waiting for a lock holds
+				 * none, so without this its session stayed on a server
+				 * the reload had left out, and lost its place in the
+				 * queue once the last server of its old list stopped
+				 * (test_static_rolling: the waiter still on its server
+				 * 60 s after the reload).  sleeping_until stays "no
+				 * deadline": what wakes a sleep without one
+				 * (zkn_set_holding, zkn_held_watch_due) still does.
+				 */
+				timespec_at(&ts, now_ns() +
+							(int64_t) timeout_ms * 1000000 * 3 / 10);
+				sleeping_until = INT64_MAX;
+				(void) pthread_cond_timedwait(&nudge_cond, &nudge_mutex, &ts);
+			}
+			else if (clock_wake < 0)
 			{
 				sleeping_until = INT64_MAX;
 				pthread_cond_wait(&nudge_cond, &nudge_mutex);

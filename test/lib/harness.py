@@ -286,6 +286,14 @@ class ZooKeeper:
     reconfigure without the super digest: these are the test's own
     servers, on loopback only.
 
+    A static ensemble (dynamic=False, n > 1) changes its membership by
+    restarts, one server at a time, each with a zoo.cfg naming the new
+    members (the rolling replacement of reconfigEnabled=false):
+
+        sid = zk.new_server()          # a new sid, ports (and address)
+        zk.run_with_members(sid, {2, 3, sid})   # (re)started with them
+        zk.static_members[2]           # the membership server 2 runs with
+
     distinct_hosts=True: server sid listens on 127.0.0.(10 + sid) instead
     of 127.0.0.1 (still loopback).  libzookeeper tells servers apart by
     address only, not by port (addrvec_contains, 3.8.0), so a client moved
@@ -324,6 +332,8 @@ class ZooKeeper:
         self.quorum_ports = {sid: ports[3 * (sid - 1) + 1] for sid in self.sids}
         self.election_ports = {sid: ports[3 * (sid - 1) + 2] for sid in self.sids}
         self.procs = {}             # sid -> Popen (running or stopped)
+        # static ensemble: sid -> the sids its zoo.cfg names (default: all)
+        self.static_members = {}
         self.paused = set()
         self._log_files = {}
         self._configured = False
@@ -405,7 +415,7 @@ class ZooKeeper:
                 cfg[4:4] = ['clientPort=%d' % self.client_ports[sid],
                             'clientPortAddress=%s' % self.address(sid)]
             if self.n > 1 and not self.dynamic:
-                for other in self.sids:
+                for other in sorted(self.static_members.get(sid, self.sids)):
                     cfg.append('server.%d=%s:%d:%d' % (
                         other, self.address(other), self.quorum_ports[other],
                         self.election_ports[other]))
@@ -538,16 +548,7 @@ class ZooKeeper:
         follower, then add them with one `reconfig -add`.  Returns their
         sids."""
         assert self.dynamic
-        new = []
-        for _ in range(count):
-            sid = max(self._sids) + 1
-            c, q, e = free_ports(3)
-            self.client_ports[sid] = c
-            self.quorum_ports[sid] = q
-            self.election_ports[sid] = e
-            self._sids.append(sid)
-            new.append(sid)
-        self.n = len(self._sids)
+        new = [self.new_server() for _ in range(count)]
         self._configure(new)
         for sid in new:
             self._spawn(sid)
@@ -561,6 +562,63 @@ class ZooKeeper:
         log('ZooKeeper %s: added %s; config now:\n%s' % (self.name, new,
                                                          text))
         return new
+
+    def new_server(self):
+        """A new sid with ports of its own (and, with distinct_hosts, an
+        address of its own); neither configured nor started."""
+        sid = max(self._sids) + 1
+        c, q, e = free_ports(3)
+        self.client_ports[sid] = c
+        self.quorum_ports[sid] = q
+        self.election_ports[sid] = e
+        self._sids.append(sid)
+        self.n = len(self._sids)
+        return sid
+
+    # -- static membership changes (dynamic=False) --------------------------
+
+    def run_with_members(self, sid, members, timeout=60):
+        """Static ensemble: stop server sid if it runs, rewrite its zoo.cfg
+        with `members` as the ensemble, start it, and wait until it serves
+        and the leader counts every running server of the leader's own
+        membership as synced (a server still running an older membership
+        cannot sync with a leader of the new one, and the reverse: those
+        are left out of the count).  Returns the seconds taken."""
+        assert not self.dynamic and self.n > 1
+        assert sid in members
+        t0 = time.monotonic()
+        self.static_members[sid] = frozenset(members)
+        self._configure([sid])
+        self._terminate(sid)
+        self._spawn(sid)
+        _register(self)
+
+        def served():
+            if not self.is_running(sid):
+                raise RuntimeError(
+                    'ZooKeeper server %d exited (status %s); log tail:\n%s'
+                    % (sid, self.procs[sid].returncode,
+                       tail(self.log_path(sid))))
+            return self.mode(sid) in ('leader', 'follower')
+        wait_until(served, timeout, 'ZooKeeper server %d to serve with '
+                   'members %s' % (sid, sorted(members)), interval=0.1)
+
+        def synced():
+            leader = next((s for s in self.sids if self.is_running(s) and
+                           self.mode(s) == 'leader'), None)
+            if leader is None:
+                return False
+            mine = self.static_members.get(leader, frozenset(self._sids))
+            want = len([s for s in self.sids if s != leader and
+                        self.is_running(s) and
+                        self.static_members.get(s, frozenset(self._sids))
+                        == mine])
+            count = self.synced_followers(leader)
+            return count is not None and count >= want
+        wait_until(synced, timeout, 'the leader to count the servers of '
+                   'its membership synced (after server %d)' % sid,
+                   interval=0.1)
+        return time.monotonic() - t0
 
     def remove_servers(self, sids, timeout=60):
         """`reconfig -remove` the servers (they keep running, and
@@ -669,14 +727,20 @@ class ZooKeeper:
             leader = self.leader()
             if leader is None:
                 return False
-            try:
-                out = self.four_letter(leader, 'mntr', timeout=2.0)
-            except OSError:
-                return False
-            m = re.search(r'^zk_synced_followers\s+(\d+)', out, re.M)
-            return m is not None and int(m.group(1)) >= want
+            count = self.synced_followers(leader)
+            return count is not None and count >= want
         wait_until(synced, timeout, 'the leader to count %d synced '
                    'follower(s)' % want, interval=0.1)
+
+    def synced_followers(self, leader):
+        """The followers server `leader` counts as synced (`mntr`
+        zk_synced_followers), or None when it does not answer so."""
+        try:
+            out = self.four_letter(leader, 'mntr', timeout=2.0)
+        except OSError:
+            return None
+        m = re.search(r'^zk_synced_followers\s+(\d+)', out, re.M)
+        return int(m.group(1)) if m else None
 
     def sid_of(self, host_port):
         """The sid of the server listening at 'host:port' (as zk_status()
