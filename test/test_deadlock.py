@@ -393,6 +393,12 @@ def test_local_edge_closing_late_wakes_the_victim(ctx):
     token_of(h.submit('SELECT zk_lock_exclusive(%s)', [r1]), 15)
     fw = w.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r2, LONG])
     ctx.zi.wait_contenders(r2, 2)
+    # X the youngest: the victim is the newest record, and each is
+    # published deadlock_timeout into its wait, so X waits only once W's
+    # is there (a four-lane run on 19 saw W's published after X's when
+    # the two waits began a few milliseconds apart: W was the victim)
+    harness.wait_until(lambda: record_of(ctx, w.pid), DEADLOCK_S + 5,
+                       'W publishes its record')
     fx = x.submit('SELECT zk_lock_exclusive(%s, %s::interval)', [r1, LONG])
     ctx.zi.wait_contenders(r1, 2)
     harness.wait_until(lambda: len(waits_left(ctx)) == 2, DEADLOCK_S + 5,

@@ -35,12 +35,20 @@ extern int	zk_state;
  * have run.  ZSESSIONMOVED comes from a server our session has left for
  * another one (the request did not run there); like a lost reply, it is
  * answered by asking again on the connection the session has now.
+ * ZRUNTIMEINCONSISTENCY is libzookeeper's word for a reply whose xid is
+ * not the one its oldest pending request has ("unexpected server
+ * response"): it drops the connection and fails every pending request
+ * with it, replies received included, so a create so failed may well
+ * have happened.  Reported as an error it left the node behind and the
+ * call failed with 38000 (test_nemesis's random packet loss on 18, with
+ * nothing moving the session; test_dynamic met it when a move kept
+ * requests as sent); as a lost reply, the node is found by its prefix.
  */
 static inline bool
 zks_is_connection_loss(int zrc)
 {
 	return zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT ||
-		zrc == ZSESSIONMOVED;
+		zrc == ZSESSIONMOVED || zrc == ZRUNTIMEINCONSISTENCY;
 }
 
 /*
