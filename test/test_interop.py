@@ -499,10 +499,20 @@ def check_blocked(ctx, parent, session, node, pending, who):
             % (who, session, node, sorted(last.get('mine', ())) or 'nothing',
                sorted(hex(s) for s in last.get('wchp', {}).get(parent, ()))
                or 'none')) from None
-    child = ctx.zk.watch_counts()['child']
-    assert child == 0, ('%d getChildren watch(es) on the server while %s '
-                        'waits: waiters must watch one node, never the '
-                        'children list' % (child, who))
+    # (two four letter words, read one after the other: a data watch set
+    # between them -- a holder's, 20 ms after its grant -- shows as -1 for
+    # a moment; a getChildren watch, once set, stays until it fires)
+    seen = {}
+
+    def no_child_watch():
+        seen['child'] = ctx.zk.watch_counts()['child']
+        return seen['child'] == 0
+    try:
+        wait_until(no_child_watch, 5, 'no getChildren watch', interval=0.1)
+    except TimeoutError:
+        raise AssertionError('%d getChildren watch(es) on the server while %s '
+                             'waits: waiters must watch one node, never the '
+                             'children list' % (seen['child'], who)) from None
     before = requests_by_session(ctx).get(session)
     assert before is not None, 'session 0x%x of %s not in cons' % (session,
                                                                    who)
