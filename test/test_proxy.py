@@ -53,7 +53,10 @@ play the other contenders:
   s  a waiter whose record is gone at its search goes on waiting and
      publishes it again (its backend crashed before);
   t  a semaphore's lease that goes during its waiter's search makes no
-     false deadlock of the holder left (both layouts).
+     false deadlock of the holder left (both layouts);
+  u  a wake that lands after the waiter's beat but before the read that
+     sets its watch again is answered with a beat too, not a search
+     alone.
 
 Every test proves that its race really happened (the hook fired, the
 server answered what the race implies), so that a pass is not vacuous.
@@ -1608,3 +1611,72 @@ def test_t_lease_gone_during_the_search_is_no_deadlock(ctx):
             a.query('COMMIT')
         no_wait_record_left(ctx)
     setup.query('DROP TABLE proxy_semrows')
+
+
+# ---------------------------------------------------------------------------
+# u: a wake between the waiter's beat and the read that watches again
+# ---------------------------------------------------------------------------
+
+def test_u_wake_after_the_beat_before_the_watch_gets_a_beat(ctx):
+    """A member that found a cycle whose victim is another wakes it and
+    waits for its beat (deadlock.c, beats_advanced) before it acts.  A
+    woken waiter beats, then reads its record with a new watch; a wake
+    that reaches the server between the two fires no watch, and the read
+    tells it by the version.  That read made the waiter search, but not
+    beat: the waker saw no beat, gave up after deadlock_timeout and tried
+    again at its growing schedule (the CI run of stop 47 on 18:
+    test_deadlock's free-holder semaphore case waited 11 s for a beat
+    that never came).  Here the proxy holds W's watching read after the
+    beat a first wake caused while the runner wakes W again: W must beat
+    once more."""
+    res = 'proxy-wake-after-beat'
+    waits = ctx.root + '/%waits'
+    with Scene(ctx, 'wake-after-beat') as sc:
+        sc.holder(sc.parent(res))
+        w = sc.backend('proxy-wake-after-beat-w')
+        w.query("SET deadlock_timeout = '%dms'" % (WAITS_DT * 1000))
+        w.query('BEGIN')
+        f = w.submit(LOCK_X, [res, '60 seconds'])
+        wait_searches(sc, waits, 1, 'the search when W publishes')
+        record = '%s/%016x' % (waits, sc.proxy.connections()[-1].session_id)
+        first = ctx.kz.get(record)
+        fired = {}
+
+        def hook(req):
+            if 'req' in fired or req.path != record:
+                return None
+            if req.op == OP_SETDATA:
+                fired['beat'] = req
+            elif req.op == OP_GETDATA and req.watch and 'beat' in fired:
+                # the beat is applied (its reply may be on its way): wake
+                # W again before its watch is set
+                data, st = ctx.kz.get(record)
+                fired.update(read=st.version, data=data,
+                             woke=ctx.kz.set(record, data,
+                                             version=st.version).version,
+                             req=req)
+            return None
+        sc.proxy.hook = hook
+        wake_waiter(ctx, record.rsplit('/', 1)[1])
+        wait_until(lambda: 'req' in fired, 10, "W's watching read after "
+                   "its beat")
+        sc.proxy.hook = None
+        watch = fired['req']
+        wait_until(lambda: watch.reply is not None, 10, "the read's reply")
+        # the race happened: the second wake came after W's beat (it read
+        # the beat's data) and before the read that sets the watch again
+        assert watch.reply.err == ZOK, watch.reply
+        assert fired['read'] > first[1].version, (fired, first[1])
+        assert fired['woke'] == fired['read'] + 1, fired
+        assert fired['beat'].seq < watch.seq
+        beat_read = int(fired['data'].decode().split(' beat=')[1].split()[0])
+
+        def beat_now():
+            data, _ = ctx.kz.get(record)
+            return int(data.decode().split(' beat=')[1].split()[0])
+        wait_until(lambda: beat_now() > beat_read, 10,
+                   'a beat after the second wake (beat %d read)' % beat_read)
+        assert not f.done()
+        w.cancel()
+        expect_sqlstate(f, '57014', 15, 'the cancelled waiter')
+        w.query('ROLLBACK')

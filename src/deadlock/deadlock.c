@@ -65,7 +65,8 @@
  * version: the waker reads again and writes that), or the wake reaches
  * the server just before the victim's beat, and the victim takes the
  * event it fires for its beat's own (it tells the wake by the version its
- * beat, or the read that sets its watch again, finds).  Before acting the
+ * beat, or the read that sets its watch again, finds; in the second case
+ * the wake came after the beat, and it beats once more).  Before acting the
  * victim searches again and acts only if the same cycle, with the same
  * records, is still there: a cycle pieced together from moments apart (a
  * member granted or gone meanwhile) is not acted on.  The victim raises
@@ -170,6 +171,7 @@
 
 #define MAX_INTERVAL_FACTOR 8	/* re-search at most every 8 x deadlock_timeout */
 #define CONFIRM_NAP_MS	50		/* between a victim's confirming searches */
+#define MAX_REBEATS		3		/* beats again for wakes met in one check */
 
 void
 zkd_self(ZkwBackend *me)
@@ -404,8 +406,28 @@ zkd_check(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 	else if (!due)
 		goto out;				/* nothing new: no request at all */
 	w->dirty = false;
+
+	/*
+	 * Watch the record again.  A wake that landed after our write and
+	 * before this read fired no watch of ours; the read's version tells
+	 * it, and the waker counts it only once we beat after it
+	 * (beats_advanced), so beat again, a few times at most; should wakes
+	 * keep coming, the next check beats.
+	 */
 	if (wrote || !w->watching)
-		zkwr_watch_own(w, deadline);
+	{
+		for (int k = 0; zkwr_watch_own(w, deadline); k++)
+		{
+			if (k == MAX_REBEATS)
+			{
+				w->dirty = true;
+				break;
+			}
+			w->beat++;
+			if (!zkwr_refresh(w, resource, node, mode, leases, deadline))
+				goto failed;
+		}
+	}
 	/* a wake that met our write: its event was spent on the write's */
 	due |= w->rewritten;
 	w->rewritten = false;

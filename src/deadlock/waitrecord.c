@@ -261,12 +261,15 @@ write_twin(ZkdWait *w, const char *data, int len, MemoryContext keep,
  * own write (or the watch set after it) hid.  Rarely it is a write of
  * ours whose reply was lost although it ran: that costs one search.
  */
-static void
+static bool
 note_version(ZkdWait *w, int32 version)
 {
-	if (version != w->record_version)
+	bool		other = (version != w->record_version);
+
+	if (other)
 		w->rewritten = true;
 	w->record_version = version;
+	return other;
 }
 
 /*
@@ -277,22 +280,25 @@ note_version(ZkdWait *w, int32 version)
  * it.  A wake that reached the server between our last look at the watch
  * and that write fired the old watch, whose event is forgotten here; the
  * versions tell it instead (note_version), in the write's reply or in
- * this read's.  Without room in the watch table we go without: the
- * waiter then beats at every check and searches by the schedule
- * (deadlock.c).
+ * this read's.  Returns true when this read found a write after our
+ * last one: a wake that landed after that write, which the waker counts
+ * only once we beat again (deadlock.c).  Without room in the watch table
+ * we go without: the waiter then beats at every check and searches by
+ * the schedule (deadlock.c).
  */
-void
+bool
 zkwr_watch_own(ZkdWait *w, TimestampTz deadline)
 {
 	ZksRequest *req;
 	bool		tracked;
 	ZksRc		rc;
+	bool		woken = false;
 
 	if (w->watching)
 		zks_unwatch_node(w->record);
 	w->watching = false;
 	if (!zks_watch_room())
-		return;
+		return false;
 	w->req = req = zks_watch_node(w->record, &tracked);
 	rc = zks_wait(req, deadline);
 	if (rc == ZKS_OK)
@@ -300,7 +306,7 @@ zkwr_watch_own(ZkdWait *w, TimestampTz deadline)
 		ZksStat		st;
 
 		zks_get_stat(req, &st);
-		note_version(w, st.version);
+		woken = note_version(w, st.version);
 	}
 	zks_done(req);
 	w->req = NULL;
@@ -309,6 +315,7 @@ zkwr_watch_own(ZkdWait *w, TimestampTz deadline)
 		w->watching = true;
 	else
 		zks_unwatch_node(w->record);
+	return woken;
 }
 
 /*
@@ -349,7 +356,7 @@ zkwr_refresh(ZkdWait *w, const char *resource, const char *node, ZkrMode mode,
 
 		zks_get_stat(w->req, &st);
 		w->record_version++;	/* what our write alone makes it */
-		note_version(w, st.version);
+		(void) note_version(w, st.version);
 	}
 	zks_done(w->req);
 	w->req = NULL;

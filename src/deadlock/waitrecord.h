@@ -54,7 +54,7 @@ extern void zkwr_forget(ZkdWait *w);
  * write of another member's that came before the watch (it fired no watch
  * of ours) is noticed by the record's version: w->rewritten.
  */
-extern void zkwr_watch_own(ZkdWait *w, TimestampTz deadline);
+extern bool zkwr_watch_own(ZkdWait *w, TimestampTz deadline);
 
 /*
  * Wake another member: its record written back as read, with the version
