@@ -20,7 +20,7 @@ OBJS = src/zklock.o src/guccheck.o \
 	src/acquire/lockset.o \
 	src/xact/commitcheck.o src/xact/locktable.o src/xact/lostreason.o \
 	src/xact/lockrequest.o src/xact/callorder.o src/xact/lookonly.o \
-	src/xact/failfast.o \
+	src/xact/failfast.o src/xact/precommit.o \
 	src/monitor/showtext.o src/monitor/stats.o src/monitor/stats_shmem.o \
 	src/monitor/stats_pgstat.o src/monitor/waitlog.o \
 	src/monitor/curwaits.o src/monitor/version.o \

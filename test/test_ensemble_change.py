@@ -24,7 +24,8 @@ stopped, none of them has any of the three sessions (`cons`).  At the
 end: A's session id never changed, B committed in every step without a
 single error, C was still waiting and is granted after A unlocks, and no
 node is left.  Prints the time from the removal's reconfig to A's session
-on a remaining server.
+on a remaining server.  Last, with every server stopped, A's 08001 names
+the five servers it followed, none of zklock.hosts' old three.
 
 test_static_rolling: a static ensemble (reconfigEnabled=false, a zoo.cfg
 per server) moved from 3 servers to 3 new ones on new addresses, one
@@ -375,6 +376,20 @@ def test_dynamic(ctx, make_pg):
                          'dynamic')
         ctx.log('servers %s, grown by %s; B committed %d'
                 % (zk.connect_string, grown, b.commits))
+
+        # 5. A's session uses the five servers of the ensemble's config,
+        # which zklock.hosts does not name: with every server stopped,
+        # its 08001 names the servers it tried, not the old list
+        a.query("SET zklock.connect_timeout = '2s'")
+        for s in sorted(zk.members):
+            zk.stop_server(s)
+        with pytest.raises(psycopg2.Error) as e:
+            a.query(B_LOCK, ['after-stop', '30 seconds'])
+        message = e.value.pgerror
+        assert e.value.pgcode == '08001', message
+        assert all(zk.host_port(s) in message for s in new + grown), message
+        assert not any(zk.host_port(s) in message for s in old), message
+        ctx.log('with every server stopped: %s' % message.splitlines()[0])
     finally:
         if b is not None:
             b.close()

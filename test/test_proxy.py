@@ -1315,6 +1315,15 @@ WAITS_DT = 0.3      # deadlock_timeout of q and r: the lock manager is
                     # looked at every 0.3 s
 
 
+def still_waiting_then_cancel(w, f):
+    """The lock call f of backend w is still waiting: cancel it (57014)
+    and roll back."""
+    assert not f.done(), f.exception(0)
+    w.cancel()
+    expect_sqlstate(f, '57014', 15, 'the cancelled waiter')
+    w.query('ROLLBACK')
+
+
 def rows_table(ctx, table):
     """A table with row 1, for row locks; returns the backend that made it
     (which drops it at the end of the test)."""
@@ -1411,10 +1420,7 @@ def test_q_wake_that_meets_the_waiters_own_write_is_not_lost(ctx):
         assert ctx.kz.exists(beat.path).version >= fired['woke'] + 1
         searched_within_beats(sc, waits, beat.path, beat.time, 0,
                               'woken during its write')
-        assert not f.done()
-        w.cancel()
-        expect_sqlstate(f, '57014', 15, 'the cancelled waiter')
-        w.query('ROLLBACK')
+        still_waiting_then_cancel(w, f)
         fl.result(15)
     setup.query('DROP TABLE proxy_wake_rows')
 
@@ -1543,10 +1549,7 @@ def test_s_own_record_gone_at_the_search_is_published_again(ctx):
             return st is not None and st.czxid != fired['czxid']
         # published again, as a new node, at a later check
         wait_until(republished, 10, 'the record published again')
-        assert not f.done(), f.exception(0)
-        w.cancel()
-        expect_sqlstate(f, '57014', 15, 'the cancelled waiter')
-        w.query('ROLLBACK')
+        still_waiting_then_cancel(w, f)
         assert w.scalar('SELECT 1') == 1
 
 
@@ -1676,7 +1679,4 @@ def test_u_wake_after_the_beat_before_the_watch_gets_a_beat(ctx):
             return int(data.decode().split(' beat=')[1].split()[0])
         wait_until(lambda: beat_now() > beat_read, 10,
                    'a beat after the second wake (beat %d read)' % beat_read)
-        assert not f.done()
-        w.cancel()
-        expect_sqlstate(f, '57014', 15, 'the cancelled waiter')
-        w.query('ROLLBACK')
+        still_waiting_then_cancel(w, f)

@@ -533,6 +533,30 @@ zke_session_opened_locked(const char *hosts)
 		read_config_locked(zh, false);
 }
 
+/*
+ * The list the handle uses now if it differs from the zklock.hosts it was
+ * made with (palloc'd), else NULL (backend).  Copied under the mutex with
+ * malloc: nothing that can raise an ERROR runs with it held.
+ */
+char *
+zke_hosts_in_use(void)
+{
+	char	   *copy = NULL;
+	char	   *result = NULL;
+
+	pthread_mutex_lock(&zks_mutex);
+	if (current_list != NULL && session_hosts != NULL &&
+		strcmp(current_list, session_hosts) != 0)
+		copy = strdup(current_list);
+	pthread_mutex_unlock(&zks_mutex);
+	if (copy != NULL)
+	{
+		result = pstrdup(copy);
+		free(copy);
+	}
+	return result;
+}
+
 /* The handle is gone (zks_mutex held). */
 void
 zke_handle_closed_locked(void)

@@ -500,7 +500,7 @@ open_handle(void)
 
 	if (h == NULL)
 	{
-		char	   *hosts = pstrdup(zh_hosts);
+		char	   *hosts = pstrdup(zks_hosts());
 		char	   *unresolved = NULL;
 
 		free(zh_hosts);
@@ -603,7 +603,7 @@ await_auth(TimestampTz deadline)
 			return;
 		if (rc != -1 || zks_deadline_passed(deadline))
 		{
-			char	   *hosts = pstrdup(zh_hosts);
+			char	   *hosts = pstrdup(zks_hosts());
 
 			close_handle();
 			ereport(ERROR,
@@ -722,7 +722,7 @@ zks_connect(bool may_reconnect, TimestampTz limit)
 	}
 	if (!zks_reconnect_wait(deadline))
 	{
-		char	   *hosts = pstrdup(zh_hosts);
+		char	   *hosts = pstrdup(zks_hosts());
 		TimestampTz since = zks_unreachable_since();
 		uint64		resets;
 		uint64		failures;

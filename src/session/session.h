@@ -133,7 +133,10 @@ extern const char *zks_hosts_chroot(const char *hosts);
 /* The first host of a connect string that does not resolve, or NULL. */
 extern char *zks_unresolved_host(const char *hosts);
 
-/* The connect string of the session (or of zklock.hosts, with none). */
+/*
+ * For messages: the servers the session uses now (the ensemble's list it
+ * followed, or the zklock.hosts it opened with; zklock.hosts, with none).
+ */
 extern const char *zks_hosts(void);
 
 /* Requests; the returned object belongs to the caller until zks_done(). */

@@ -175,6 +175,7 @@ extern int	zke_apply(void);
 extern void zke_connected_locked(zhandle_t *h);
 extern void zke_session_opened_locked(const char *hosts);
 extern void zke_handle_closed_locked(void);
+extern char *zke_hosts_in_use(void);
 extern int	zke_use_list(const char *list);
 extern uint64 zke_followed_since_report(char **list, bool *refused);
 

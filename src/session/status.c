@@ -114,9 +114,19 @@ zks_unreachable_since(void)
 	return time_t_to_timestamptz(at.tv_sec) + at.tv_nsec / 1000;
 }
 
+/*
+ * The servers the session uses now, for messages: the list it follows
+ * (session/ensemble.c) once it has moved, else zklock.hosts as it opened
+ * with it, else the setting.  A message about a connection names the
+ * servers that were tried, not a list the session has left.
+ */
 const char *
 zks_hosts(void)
 {
+	char	   *in_use = zke_hosts_in_use();
+
+	if (in_use != NULL)
+		return in_use;
 	return zh_hosts != NULL ? zh_hosts : zklock_hosts;
 }
 

@@ -17,9 +17,10 @@
  *
  * Filling the table from a lock call is lockrequest.c's (the entries are
  * in locktable_int.h); taking the node in ZooKeeper is acquire.c's,
- * lockset.c's and semaphore.c's; confirming held nodes with the ensemble
- * before a commit is commitcheck.c's; keeping the check ahead of other
- * extensions' transaction callbacks is callorder.c's.
+ * lockset.c's and semaphore.c's; refusing a commit on a lost lock is
+ * precommit.c's, confirming held nodes with the ensemble for it
+ * commitcheck.c's; keeping the check ahead of other extensions'
+ * transaction callbacks is callorder.c's.
  *
  * src/xact/locktable.c
  *
@@ -96,9 +97,22 @@ have_locks(void)
 	return lock_table != NULL && hash_get_num_entries(lock_table) > 0;
 }
 
+/* Walk every entry (hash_seq_search; the table exists once zkl_init ran). */
+void
+zkl_seq_init(HASH_SEQ_STATUS *status)
+{
+	hash_seq_init(status, lock_table);
+}
+
+long
+zkl_entry_count(void)
+{
+	return lock_table != NULL ? hash_get_num_entries(lock_table) : 0;
+}
+
 /* Does any lock have a transaction-level hold? */
-static bool
-have_xact_holds(void)
+bool
+zkl_have_xact_holds(void)
 {
 	HASH_SEQ_STATUS status;
 	ZklLock    *lock;
@@ -287,8 +301,8 @@ release_xact_holds(void)
 }
 
 
-static void
-mark_lost(ZklLock *lock, ZklLost why)
+void
+zkl_mark_lost(ZklLock *lock, ZklLost why)
 {
 	if (lock->lost == ZKL_LOST_NONE)
 	{
@@ -315,7 +329,7 @@ void
 zkl_mark_if_session_lost(ZklLock *lock)
 {
 	if (lock->session_id != zks_session_id() || zks_session_expired())
-		mark_lost(lock, ZKL_LOST_SESSION);
+		zkl_mark_lost(lock, ZKL_LOST_SESSION);
 }
 
 /*
@@ -377,7 +391,7 @@ zkl_fold_losses(ZklLock **first)
 
 		if (why == ZKL_LOST_NONE)
 			continue;
-		mark_lost(lock, why);
+		zkl_mark_lost(lock, why);
 		if (first != NULL && (*first == NULL || zkl_report_before(lock, *first)))
 			*first = lock;
 		n++;
@@ -447,167 +461,6 @@ zkl_lost_fields_now(void)
 	}
 }
 
-
-/*
- * Confirm every held node with the ensemble (commitcheck.c) and mark the
- * ones found gone.  Returns what zkc_confirm returns; if not ZKS_OK and
- * unconfirmed is not NULL, sets *unconfirmed to the lock to name of those
- * left unjudged and *others to how many more there are.
- */
-static ZksRc
-confirm_held_nodes(TimestampTz deadline, bool wait_for_connection,
-				   ZklLock **unconfirmed, int *others)
-{
-	HASH_SEQ_STATUS status;
-	ZklLock    *lock;
-	ZklLock   **locks;
-	ZkcNode    *nodes;
-	int			n = 0;
-	ZksRc		rc;
-
-	locks = palloc(sizeof(ZklLock *) * (hash_get_num_entries(lock_table) + 1));
-	nodes = palloc0(sizeof(ZkcNode) * (hash_get_num_entries(lock_table) + 1));
-	hash_seq_init(&status, lock_table);
-	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
-	{
-		zkl_mark_if_session_lost(lock);
-		if (lock->lost == ZKL_LOST_NONE)
-		{
-			locks[n] = lock;
-			nodes[n].path = lock->node;
-			nodes[n].token = lock->token;
-			n++;
-		}
-	}
-	rc = zkc_confirm(nodes, n, deadline, wait_for_connection);
-	if (unconfirmed != NULL)
-	{
-		*unconfirmed = NULL;
-		*others = -1;
-	}
-	for (int i = 0; i < n; i++)
-	{
-		if (nodes[i].verdict == ZKC_LOST_SESSION)
-			mark_lost(locks[i], ZKL_LOST_SESSION);
-		else if (nodes[i].verdict == ZKC_LOST_DELETED)
-			mark_lost(locks[i], ZKL_LOST_DELETED);
-		else if (nodes[i].verdict == ZKC_UNKNOWN && unconfirmed != NULL)
-		{
-			if (*unconfirmed == NULL ||
-				strcmp(locks[i]->key.resource, (*unconfirmed)->key.resource) < 0)
-				*unconfirmed = locks[i];
-			(*others)++;
-		}
-	}
-	pfree(locks);
-	pfree(nodes);
-	return rc;
-}
-
-/*
- * Before COMMIT or PREPARE TRANSACTION: a transaction that relied on a
- * lock that is gone must not commit.  Known losses fail at once; with
- * zklock.verify_at_commit, every held node is confirmed with the ensemble
- * first (one round trip), waiting through a suspended connection at most
- * one session timeout, and failing closed if no answer comes.
- */
-static void
-verify_before_commit(void)
-{
-	HASH_SEQ_STATUS status;
-	ZklLock    *lock;
-	ZklLock    *first = NULL;
-	int			nlost = 0;
-	ZklLock    *unconfirmed = NULL;
-	int			others = 0;
-	ZksRc		rc = ZKS_OK;
-
-	/*
-	 * What the session layer knows already (a watch saw the node go, or
-	 * it was given back on request), also with the check off: code that
-	 * ran at COMMIT outside any statement (deferred triggers) ran under
-	 * a lock that may be gone.
-	 */
-	(void) zkl_fold_losses(NULL);
-	if (zklock_verify_at_commit)
-		rc = confirm_held_nodes(
-			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										zks_negotiated_timeout()), true,
-			&unconfirmed, &others);
-
-	/* every lost lock is counted; the error names one (lostreason.c) */
-	hash_seq_init(&status, lock_table);
-	while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
-	{
-		zkl_mark_if_session_lost(lock);
-		if (lock->lost != ZKL_LOST_NONE)
-		{
-			if (first == NULL || zkl_report_before(lock, first))
-				first = lock;
-			nlost++;
-		}
-	}
-	if (first != NULL)
-	{
-		/* counted against the lock named, as one refused commit */
-		zkst_refused_commit(first->key.resource, first->key.mode);
-		zkl_lost_error(first, nlost - 1);
-	}
-	if (rc != ZKS_OK)
-	{
-		if (unconfirmed != NULL)
-			zkc_unconfirmed_error(rc, unconfirmed->key.resource,
-								  unconfirmed->key.mode, others);
-		zkc_unconfirmed_error(rc, NULL, ZKR_MODE_EXCLUSIVE, 0);
-	}
-}
-
-/*
- * Before COMMIT or PREPARE TRANSACTION; run once per commit by whichever
- * zklock callback comes first (callorder.c).  PREPARE cannot take along a
- * transaction-level lock, which lives in this backend's session.
- */
-void
-zkl_pre_commit_checks(XactEvent event)
-{
-	HASH_SEQ_STATUS status;
-	ZklLock    *lock;
-
-	if (!have_locks())
-		return;
-
-	/*
-	 * A transaction that only looked at zklock's state (zk_locks,
-	 * zk_status(), zk_lock_queue) and has no transaction id committed
-	 * nothing that a lock protects, so a DBA can look at a lost lock in
-	 * autocommit; every other commit is checked, read-only ones too
-	 * (lookonly.c says why).  It took no lock either: a lock function
-	 * is no inspection, wherever it was called from (a fast-path call
-	 * too); the test of transaction-level holds stays as a second guard.
-	 */
-	if (event == XACT_EVENT_PRE_COMMIT && zko_only_looked() &&
-		!have_xact_holds())
-		return;
-	if (event == XACT_EVENT_PRE_PREPARE)
-	{
-		hash_seq_init(&status, lock_table);
-		while ((lock = (ZklLock *) hash_seq_search(&status)) != NULL)
-		{
-			if (lock->xact_count > 0)
-			{
-				hash_seq_term(&status);
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that holds a transaction-level zklock lock"),
-						 errdetail("The lock on \"%s\" lives in this backend's ZooKeeper session, which cannot outlive the backend.",
-								   lock->key.resource),
-						 errhint("Use a session-level lock (zk_session_lock_exclusive) and release it after COMMIT PREPARED.")));
-			}
-		}
-	}
-	/* a lost session-level lock must not commit through 2PC either */
-	verify_before_commit();
-}
 
 /*
  * The main transaction callback.  Before COMMIT and PREPARE it runs the
@@ -878,7 +731,7 @@ zkl_snapshot(int *n)
 
 	/* what is gone shows as lost: ask the ensemble if it is at hand */
 	if (have_locks())
-		(void) confirm_held_nodes(
+		(void) zkl_confirm_held_nodes(
 			TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										zklock_connect_timeout), false,
 			NULL, NULL);

@@ -3,8 +3,9 @@
  * locktable_int.h
  *	  The lock table's entries, shared by the table (locktable.c) and the
  *	  code that fills it from lock calls (lockrequest.c); nothing else
- *	  sees them.  Also the table's transaction callback and pre-commit
- *	  checks, which the callback ordering (callorder.c) calls.
+ *	  sees them.  Also the table's transaction callback and the
+ *	  pre-commit checks (precommit.c), which the callback ordering
+ *	  (callorder.c) calls.
  *
  * src/xact/locktable_int.h
  *
@@ -17,9 +18,11 @@
 
 #include "access/xact.h"
 #include "datatype/timestamp.h"
+#include "utils/hsearch.h"
 
 #include "xact/locktable.h"
 #include "recipe/recipe.h"
+#include "session/session.h"
 
 /*
  * The key points at the resource name: in an entry, at a copy in
@@ -123,6 +126,16 @@ extern void zkl_add_hold(ZklLock *lock, ZklScope scope);
  */
 extern void zkl_release_if_unused(ZklLock *lock);
 
+/* Walk every entry with hash_seq_search; how many there are. */
+extern void zkl_seq_init(HASH_SEQ_STATUS *status);
+extern long zkl_entry_count(void);
+
+/* Does any lock have a transaction-level hold? */
+extern bool zkl_have_xact_holds(void);
+
+/* Mark lock lost for why (counted once; a lock asked back is given back). */
+extern void zkl_mark_lost(ZklLock *lock, ZklLost why);
+
 /* A lock whose session ended is lost; no round trip needed to know. */
 extern void zkl_mark_if_session_lost(ZklLock *lock);
 
@@ -146,6 +159,15 @@ pg_noreturn extern void zkl_lost_error(ZklLock *lock, int others);
 /* The same error's fields, on an error being raised (returns 0). */
 extern int	zkl_lost_fields(ZklLock *lock, int others);
 
+/*
+ * precommit.c.  Confirm every held node with the ensemble (commitcheck.c)
+ * and mark the ones found gone; with unconfirmed, name one left unjudged
+ * and count the others.
+ */
+extern ZksRc zkl_confirm_held_nodes(TimestampTz deadline,
+									bool wait_for_connection,
+									ZklLock **unconfirmed, int *others);
+
 /* For zk_status(): a node granted, after a wait or not. */
 extern void zkl_count_grant(bool waited);
 
@@ -153,7 +175,7 @@ extern void zkl_count_grant(bool waited);
 extern void zkl_xact_callback(XactEvent event, void *arg);
 
 /*
- * Before COMMIT (PRE_COMMIT) or PREPARE TRANSACTION (PRE_PREPARE): ERROR
+ * precommit.c.  Before COMMIT (PRE_COMMIT) or PREPARE TRANSACTION (PRE_PREPARE): ERROR
  * if the transaction must not commit (a lost lock; PREPARE with a
  * transaction-level lock).  Once per commit: see zkl_order_pre_commit.
  */
