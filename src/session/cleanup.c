@@ -465,20 +465,29 @@ zkt_sweep_for_create_locked(const char *path)
 	free(parent);
 }
 
-/* How many of the n paths go into one multi request (at least one). */
+/*
+ * How many of the n paths go into one multi request (at least one), each
+ * op costing its path and per_op bytes more; *longest (if not NULL) is
+ * the longest path's length among them.
+ */
 int
-zkt_batch_fit(const char *const *paths, int n)
+zkt_batch_fit(const char *const *paths, int n, size_t per_op, size_t *longest)
 {
 	int			fit = 0;
 	size_t		bytes = 0;
 
+	if (longest != NULL)
+		*longest = 0;
 	while (fit < n && fit < BATCH_MAX_OPS)
 	{
-		size_t		len = strlen(paths[fit]) + 32;
+		size_t		path_len = strlen(paths[fit]);
+		size_t		len = path_len + per_op;
 
 		if (fit > 0 && bytes + len > BATCH_MAX_BYTES)
 			break;
 		bytes += len;
+		if (longest != NULL && path_len > *longest)
+			*longest = path_len;
 		fit++;
 	}
 	return fit;
@@ -534,7 +543,8 @@ zks_batch_end(void)
 	while (start < npending)
 	{
 		int			n = zkt_batch_fit((const char *const *) pending + start,
-								  npending - start);
+									  npending - start, SMALL_OP_OVERHEAD,
+									  NULL);
 
 		if (zh == NULL || zh_closing)
 		{

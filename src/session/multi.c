@@ -59,7 +59,7 @@ zks_send_checks(const char *const *paths, int n, int *taken)
 	ZksRequest *req = zksr_new_request(KIND_MULTI, paths[0]);
 	zoo_op_t   *ops;
 
-	*taken = zkt_batch_fit(paths, n);
+	*taken = zkt_batch_fit(paths, n, SMALL_OP_OVERHEAD, NULL);
 	ops = malloc(*taken * sizeof(zoo_op_t));
 	req->results = malloc(*taken * sizeof(zoo_op_result_t));
 	if (ops == NULL || req->results == NULL)
@@ -98,20 +98,10 @@ zks_send_containers(const char *const *paths, int n, int *taken)
 {
 	ZksRequest *req = zksr_new_request(KIND_MULTI, paths[0]);
 	zoo_op_t   *ops;
-	size_t		longest = 0;
-	size_t		bytes = 0;
-	int			fit = 0;
+	size_t		longest;
+	int			fit = zkt_batch_fit(paths, n, CONTAINER_OP_OVERHEAD,
+									&longest);
 
-	while (fit < n && fit < BATCH_MAX_OPS)
-	{
-		size_t		len = strlen(paths[fit]) + CONTAINER_OP_OVERHEAD;
-
-		if (fit > 0 && bytes + len > BATCH_MAX_BYTES)
-			break;
-		bytes += len;
-		longest = Max(longest, strlen(paths[fit]));
-		fit++;
-	}
 	*taken = fit;
 	req->name_len = longest + 1;
 	ops = malloc(fit * sizeof(zoo_op_t));
@@ -159,20 +149,10 @@ zks_send_creates(const char *const *paths, int n, const char *data,
 {
 	ZksRequest *req = zksr_new_request(KIND_MULTI_CREATE, paths[0]);
 	zoo_op_t   *ops;
-	size_t		longest = 0;
-	size_t		bytes = 0;
-	int			fit = 0;
+	size_t		longest;
+	int			fit = zkt_batch_fit(paths, n, datalen + CREATE_OP_OVERHEAD,
+									&longest);
 
-	while (fit < n && fit < BATCH_MAX_OPS)
-	{
-		size_t		len = strlen(paths[fit]) + datalen + CREATE_OP_OVERHEAD;
-
-		if (fit > 0 && bytes + len > BATCH_MAX_BYTES)
-			break;
-		bytes += len;
-		longest = Max(longest, strlen(paths[fit]));
-		fit++;
-	}
 	*taken = fit;
 
 	/* room for the sequence number ZooKeeper appends (10 digits) */

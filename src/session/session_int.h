@@ -58,6 +58,8 @@ zks_is_connection_loss(int zrc)
  */
 #define BATCH_MAX_OPS	1000
 #define BATCH_MAX_BYTES (256 * 1024)
+/* What a delete or check op of a multi costs beside its path */
+#define SMALL_OP_OVERHEAD 32
 
 /* session.c */
 
@@ -138,7 +140,8 @@ extern void zkt_free_all_tasks_locked(void);
 extern void zkt_resubmit_tasks_locked(void);
 
 /* How many of the n paths go into one multi request (at least one). */
-extern int	zkt_batch_fit(const char *const *paths, int n);
+extern int	zkt_batch_fit(const char *const *paths, int n, size_t per_op,
+						  size_t *longest);
 
 /*
  * session/nudge.c: the reply nudge (ZOOKEEPER-4537).  zkn_sent after every
