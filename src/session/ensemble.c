@@ -534,9 +534,11 @@ zke_session_opened_locked(const char *hosts)
 }
 
 /*
- * The list the handle uses now if it differs from the zklock.hosts it was
- * made with (palloc'd), else NULL (backend).  Copied under the mutex with
- * malloc: nothing that can raise an ERROR runs with it held.
+ * The list the handle uses now (palloc'd), NULL without a handle
+ * (backend).  Not zklock.hosts: the session may follow the ensemble's
+ * config, and a reloaded list waits for the nudge thread while requests
+ * are in flight.  Copied under the mutex with malloc: nothing that can
+ * raise an ERROR runs with it held.
  */
 char *
 zke_hosts_in_use(void)
@@ -545,8 +547,7 @@ zke_hosts_in_use(void)
 	char	   *result = NULL;
 
 	pthread_mutex_lock(&zks_mutex);
-	if (current_list != NULL && session_hosts != NULL &&
-		strcmp(current_list, session_hosts) != 0)
+	if (current_list != NULL)
 		copy = strdup(current_list);
 	pthread_mutex_unlock(&zks_mutex);
 	if (copy != NULL)

@@ -222,7 +222,7 @@ hosts_check(bool retry)
 			ereport(WARNING,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("zklock session 0x%llx keeps the ZooKeeper servers \"%s\"",
-							session_id(), zh_hosts),
+							session_id(), zks_hosts()),
 					 errdetail("Host \"%s\" of the reloaded \"zklock.hosts\" could not be resolved.",
 							   unresolved),
 					 errhint("Check the host names in \"zklock.hosts\" and the name service of this host.")));
@@ -250,7 +250,7 @@ hosts_check(bool retry)
 			ereport(WARNING,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("zklock session 0x%llx keeps the ZooKeeper servers \"%s\" until it holds no lock",
-							session_id(), zh_hosts),
+							session_id(), zks_hosts()),
 					 errdetail("The ZooKeeper client library tells servers apart by their address only, and an address of the reloaded \"zklock.hosts\" \"%s\" has several ports.",
 							   list),
 					 errhint("Give each ZooKeeper server an address of its own; otherwise the new list is used by the next session, opened at a zklock call made while no lock is held.")));
@@ -263,7 +263,7 @@ hosts_check(bool retry)
 			ereport(WARNING,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("zklock session 0x%llx keeps the ZooKeeper servers \"%s\"",
-							session_id(), zh_hosts),
+							session_id(), zks_hosts()),
 					 errdetail("The ZooKeeper client refused the reloaded \"zklock.hosts\" \"%s\": %s.",
 							   list, zerror(zrc))));
 		pfree(list);

@@ -659,7 +659,7 @@ zks_reconnect_wait(TimestampTz deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
 					 errmsg("ZooKeeper authentication failed for \"%s\"",
-							zh_hosts)));
+							zks_hosts())));
 			break;
 		default:
 			break;

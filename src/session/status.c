@@ -115,10 +115,12 @@ zks_unreachable_since(void)
 }
 
 /*
- * The servers the session uses now, for messages: the list it follows
- * (session/ensemble.c) once it has moved, else zklock.hosts as it opened
- * with it, else the setting.  A message about a connection names the
- * servers that were tried, not a list the session has left.
+ * The servers the session uses now, for messages: the list its handle
+ * uses (session/ensemble.c: the ensemble's config it followed, or a
+ * reloaded zklock.hosts once applied), else zklock.hosts as the session
+ * opened with it, else the setting.  A message about a connection names
+ * the servers that were tried, not a list the session has left or not
+ * reached yet.
  */
 const char *
 zks_hosts(void)
