@@ -573,6 +573,9 @@ def test_reload_while_holding(ctx, make_pg):
             h.query('SELECT 1')
             return any('could not be resolved' in n for n in notices)
         wait_until(warned, STEP_S, 'a WARNING about the unresolved host')
+        # it names the servers the session keeps: the list it moved to
+        warning = [n for n in notices if 'could not be resolved' in n][-1]
+        assert 'keeps the ZooKeeper servers "%s"' % s2 in warning, warning
         assert session_row(look, h.pid) == (sid_before, s2)
         assert h.scalar("SELECT zk_unlock('kept')") is True
     finally:
