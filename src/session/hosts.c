@@ -187,6 +187,7 @@ hosts_check(bool retry)
 	char	   *copy;
 	size_t		len;
 	int			zrc;
+	bool		deferred = false;
 
 	if (zh == NULL || zh_hosts == NULL)
 		return;
@@ -237,7 +238,10 @@ hosts_check(bool retry)
 	zrc = zke_use_list(list);
 	/* requests in flight: the nudge thread moves it once they are in */
 	if (zrc == ZKE_BUSY && zkn_apply_when_quiet())
+	{
 		zrc = ZOK;
+		deferred = true;
+	}
 	if (zrc == ZKE_BUSY)
 	{
 		pfree(list);
@@ -280,10 +284,16 @@ hosts_check(bool retry)
 	pthread_mutex_lock(&zks_mutex);
 	zke_note_file_locked(zh_hosts);
 	pthread_mutex_unlock(&zks_mutex);
-	ereport(LOG,
-			(errmsg("zklock session 0x%llx now uses the ZooKeeper servers \"%s\"",
-					session_id(), zh_hosts),
-			 errdetail("\"zklock.hosts\" was reloaded; the session and its locks are kept.")));
+	if (deferred)
+		ereport(LOG,
+				(errmsg("zklock session 0x%llx moves to the ZooKeeper servers \"%s\"",
+						session_id(), zh_hosts),
+				 errdetail("\"zklock.hosts\" was reloaded; the session moves once its requests in flight are answered, and keeps its locks.")));
+	else
+		ereport(LOG,
+				(errmsg("zklock session 0x%llx now uses the ZooKeeper servers \"%s\"",
+						session_id(), zh_hosts),
+				 errdetail("\"zklock.hosts\" was reloaded; the session and its locks are kept.")));
 }
 
 void
