@@ -994,6 +994,23 @@ def test_m_held_request_is_freed_by_the_nudge(ctx):
                 elapsed = time.monotonic() - t0
                 if after is not None:
                     after()
+            except Exception as e:
+                # what the connections carried meanwhile, with times, to
+                # tell a nudge never sent from one that freed nothing (17
+                # once: the lease call's connection stopped getting
+                # replies and timed out twice, 4 s each, and the call
+                # gave up after 10 s; the server was answering others)
+                seen = ['%+.3f %s%s%s' % (r.time - t0, r, ' held'
+                                          if r in stage['held'] else '',
+                                          ' released %+.3f' % (r.released - t0)
+                                          if getattr(r, 'released', None)
+                                          else '')
+                        for r in sc.proxy.requests() if r.time >= t0]
+                seen += ['%+.3f %s' % (r.time - t0, r)
+                         for r in sc.proxy.replies() if r.time >= t0]
+                seen.sort(key=lambda line: float(line.split()[0]))
+                raise AssertionError('%s: %s\nrequests since:\n%s'
+                                     % (what, e, '\n'.join(seen))) from e
             finally:
                 stage['on'] = False
             held = stage['held']
